@@ -1,0 +1,188 @@
+"""Config models for a run: target, workload, load, limits, SLOs.
+
+Every field carries a description; ``servelab run`` flags override file values, which override defaults.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from servelab.config.base import Strict
+from servelab.config.distributions import Distribution, Fixed, as_distribution
+
+
+class TimeoutsConfig(Strict):
+    connect_s: float = Field(default=10.0, gt=0, description="TCP/TLS connect timeout, seconds.")
+    first_token_s: float = Field(default=120.0, gt=0, description="Send to first token, seconds.")
+    total_s: float = Field(default=600.0, gt=0, description="Send to end of response, seconds.")
+
+
+class TargetConfig(Strict):
+    url: str = Field(
+        default="sim",
+        description="OpenAI-compatible base URL (http://127.0.0.1:8000/v1) or a simulator deployment "
+        "(sim, sim:MODEL@COUNTxHARDWARE[,key=value...], sim:FILE.yaml).",
+    )
+    model: str | None = Field(default=None, description="Model name sent in requests; default: the first "
+                              "model the server lists.")
+    api: Literal["chat", "completions"] = Field(default="chat", description="Which endpoint to call.")
+    stream: bool = Field(default=True, description="Stream responses (SSE) with usage in the last chunk.")
+    api_key_env: str | None = Field(
+        default=None, description="Name of the environment variable that holds the bearer key (never stored)."
+    )
+    headers: dict[str, str] = Field(default_factory=dict, description="Extra HTTP headers on every request.")
+    verify_tls: bool = Field(default=True, description="Verify TLS certificates for https URLs.")
+    timeouts: TimeoutsConfig = Field(default_factory=TimeoutsConfig, description="Per-request timeouts.")
+    tokenizer: str | None = Field(
+        default=None,
+        description="Local tokenizer to calibrate prompt lengths when the server has no /tokenize "
+        "(a tokenizer.json path or an installed tokenizer name).",
+    )
+    extra_body: dict[str, object] = Field(
+        default_factory=dict, description="Extra JSON fields merged into every request body."
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if v == "sim" or v.startswith("sim:"):
+            return v
+        if not (v.startswith("http://") or v.startswith("https://")):
+            raise ValueError(
+                f"'{v}' is neither an http(s) URL nor a simulator target; expected e.g. "
+                "http://127.0.0.1:8000/v1 or sim:llama-3.1-8b@1xh100"
+            )
+        return v.rstrip("/")
+
+    @property
+    def is_sim(self) -> bool:
+        return self.url == "sim" or self.url.startswith("sim:")
+
+
+class SharedPrefixConfig(Strict):
+    tokens: int = Field(gt=0, description="Length of the prefix common to every request of a group, tokens.")
+    groups: int = Field(default=1, ge=1, description="Number of distinct prefixes (requests spread evenly).")
+
+
+class WorkloadConfig(Strict):
+    kind: Literal["requests"] = Field(default="requests", description="Single-turn requests.")
+    input_tokens: Distribution = Field(
+        default_factory=lambda: Fixed(value=512), description="Prompt length, tokens (beyond any shared prefix)."
+    )
+    output_tokens: Distribution = Field(
+        default_factory=lambda: Fixed(value=128), description="Requested output length (max_tokens), tokens."
+    )
+    shared_prefix: SharedPrefixConfig | None = Field(
+        default=None, description="A prefix of N tokens shared by each of K groups of requests."
+    )
+    ignore_eos: bool = Field(
+        default=False, description="Ask the server to ignore EOS (and set min_tokens) to force output lengths."
+    )
+    temperature: float = Field(default=0.0, ge=0, le=2, description="Sampling temperature.")
+    system_prompt: str | None = Field(default=None, description="Optional system message (chat API).")
+
+    @field_validator("input_tokens", "output_tokens", mode="before")
+    @classmethod
+    def _bare_number(cls, v: object) -> object:
+        return as_distribution(v)
+
+    @field_validator("output_tokens", mode="after")
+    @classmethod
+    def _positive_output(cls, d: object) -> object:
+        if isinstance(d, Fixed) and d.value < 1:
+            raise ValueError("must be at least 1 (max_tokens 0 asks for nothing)")
+        return d
+
+
+class LoadConfig(Strict):
+    concurrency: int | None = Field(
+        default=None, ge=1, description="Closed loop: number of users each sending the next request when the "
+        "last finishes."
+    )
+    rate: float | None = Field(default=None, gt=0, description="Open loop: request rate, requests per second.")
+    arrival: Literal["poisson", "gamma", "constant"] = Field(
+        default="poisson", description="Open-loop inter-arrival distribution."
+    )
+    burstiness: float = Field(
+        default=1.0, gt=0, description="Gamma shape: 1 is Poisson, below 1 burstier, above 1 smoother."
+    )
+    think_time_s: float = Field(default=0.0, ge=0, description="Closed loop: pause between a user's requests.")
+
+    @model_validator(mode="after")
+    def _one_mode(self) -> LoadConfig:
+        if self.concurrency is not None and self.rate is not None:
+            raise ValueError("give either concurrency (closed loop) or rate (open loop), not both")
+        return self
+
+    @property
+    def mode(self) -> Literal["closed", "open"]:
+        return "open" if self.rate is not None else "closed"
+
+    @property
+    def effective_concurrency(self) -> int:
+        return self.concurrency if self.concurrency is not None else 1
+
+
+class LimitsConfig(Strict):
+    requests: int | None = Field(default=None, ge=1, description="Stop after this many requests were sent.")
+    duration_s: float | None = Field(default=None, gt=0, description="Stop sending after this many seconds.")
+    warmup_requests: int = Field(default=0, ge=0, description="First N requests excluded from figures.")
+    warmup_s: float = Field(default=0.0, ge=0, description="Requests sent in the first S seconds excluded.")
+    drain_timeout_s: float = Field(
+        default=60.0, ge=0, description="After the last send, wait this long for requests in flight, then cancel."
+    )
+    max_lag_p99_ms: float = Field(
+        default=10.0, gt=0, description="Open loop: schedule lag p99 above this marks the figures invalid."
+    )
+
+    @model_validator(mode="after")
+    def _some_limit(self) -> LimitsConfig:
+        if self.requests is not None and self.warmup_requests >= self.requests:
+            raise ValueError(
+                f"warmup_requests ({self.warmup_requests}) must be smaller than requests ({self.requests})"
+            )
+        return self
+
+
+class SLOConfig(Strict):
+    ttft_ms: float | None = Field(default=None, gt=0, description="Time to first token must be at most this.")
+    itl_ms: float | None = Field(default=None, gt=0, description="Mean inter-token latency at most this.")
+    tpot_ms: float | None = Field(default=None, gt=0, description="Time per output token at most this.")
+    e2e_ms: float | None = Field(default=None, gt=0, description="End-to-end latency at most this.")
+    percentile: float = Field(
+        default=99, gt=0, le=100, description="The percentile the SLO check applies to (goodput is per request)."
+    )
+    min_goodput_fraction: float | None = Field(
+        default=None, ge=0, le=1, description="servelab run exits 1 when goodput fraction is below this."
+    )
+
+
+class RunConfig(Strict):
+    target: TargetConfig = Field(default_factory=TargetConfig, description="Where requests go.")
+    workload: WorkloadConfig = Field(default_factory=WorkloadConfig, description="What requests look like.")
+    load: LoadConfig = Field(default_factory=LoadConfig, description="When requests are sent.")
+    limits: LimitsConfig = Field(default_factory=LimitsConfig, description="When the run stops.")
+    slo: SLOConfig = Field(default_factory=SLOConfig, description="Service-level objectives for goodput.")
+    percentiles: list[float] = Field(
+        default_factory=lambda: [50, 90, 95, 99], description="Percentiles reported for every metric."
+    )
+    seed: int = Field(default=0, description="Seed for every random choice; same seed, same requests.")
+    out: str = Field(default="runs", description="Directory in which the run directory is created.")
+    name: str | None = Field(default=None, description="Optional run name (part of the run directory name).")
+
+    @field_validator("percentiles")
+    @classmethod
+    def _pcts(cls, v: list[float]) -> list[float]:
+        for p in v:
+            if not 0 < p <= 100:
+                raise ValueError(f"percentile {p} is outside (0, 100]")
+        return v
+
+    @model_validator(mode="after")
+    def _bounded(self) -> RunConfig:
+        if self.limits.requests is None and self.limits.duration_s is None:
+            # A run must stop by itself: default to a modest request count.
+            object.__setattr__(self, "limits", self.limits.model_copy(update={"requests": 200}))
+        return self

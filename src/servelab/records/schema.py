@@ -1,0 +1,117 @@
+"""Record schemas: one row per request attempt, one per session.
+
+Timestamps are integer nanoseconds on the run's clock (monotonic wall clock, or virtual time against the
+in-process simulator). ``None`` means "did not happen" (no first token on a failed request, say).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+# Request statuses. Every attempt ends in exactly one.
+OK = "ok"
+HTTP_ERROR = "http_error"
+TIMEOUT = "timeout"
+DISCONNECTED = "disconnected"
+MALFORMED = "malformed"
+CANCELLED = "cancelled"
+STATUSES = (OK, HTTP_ERROR, TIMEOUT, DISCONNECTED, MALFORMED, CANCELLED)
+FAILED_STATUSES = (HTTP_ERROR, TIMEOUT, DISCONNECTED, MALFORMED)
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """One request attempt, as measured by the client (and, for the simulator, its ground truth)."""
+
+    request_id: int
+    session_id: int = -1
+    turn: int = 0
+    attempt: int = 0
+    warmup: bool = False
+    status: str = CANCELLED
+    http_status: int | None = None
+    error: str | None = None
+    # Times, ns. intended: when the schedule wanted the send; sent: when the bytes were written.
+    intended_ns: int = 0
+    sent_ns: int | None = None
+    first_byte_ns: int | None = None
+    first_token_ns: int | None = None  # first chunk carrying content or reasoning
+    first_content_ns: int | None = None  # first chunk carrying visible content
+    first_reasoning_ns: int | None = None  # first chunk carrying reasoning_content
+    last_token_ns: int | None = None
+    end_ns: int | None = None
+    token_times_ns: list[int] = field(default_factory=list)  # arrival of each token-carrying chunk
+    # Tokens. usage_* come from the server's usage block; est_* are client-side counts.
+    usage_prompt_tokens: int | None = None
+    usage_completion_tokens: int | None = None
+    usage_cached_tokens: int | None = None
+    est_prompt_tokens: int | None = None
+    est_completion_tokens: int = 0  # token-carrying chunks seen (or 1 for a non-streamed body with text)
+    requested_output_tokens: int | None = None
+    finish_reason: str | None = None
+    # Ground truth reported by the simulated engine (None against real servers), ns.
+    srv_queue_ns: int | None = None
+    srv_prefill_ns: int | None = None
+    srv_decode_ns: int | None = None
+    srv_preempted_ns: int | None = None
+    srv_comm_ns: int | None = None
+    # Not written to Parquet: the generated text, kept in memory for agent acceptance checks.
+    output_text: str = ""
+
+    @property
+    def prompt_tokens(self) -> int | None:
+        return self.usage_prompt_tokens if self.usage_prompt_tokens is not None else self.est_prompt_tokens
+
+    @property
+    def completion_tokens(self) -> int:
+        if self.usage_completion_tokens is not None:
+            return self.usage_completion_tokens
+        return self.est_completion_tokens
+
+
+REQUEST_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(RequestRecord) if f.name != "output_text")
+
+
+def record_to_row(r: RequestRecord) -> dict[str, Any]:
+    return {name: getattr(r, name) for name in REQUEST_COLUMNS}
+
+
+@dataclass(slots=True)
+class SessionRecord:
+    """One session (one agent task, or one closed-loop user for single-turn runs)."""
+
+    session_id: int
+    profile: str = ""
+    status: str = CANCELLED  # ok | failed | timed_out | cancelled
+    accepted: bool | None = None
+    start_ns: int = 0
+    end_ns: int | None = None
+    turns: int = 0
+    requests: int = 0
+    retries: int = 0
+    tool_calls: int = 0
+    tool_failures: int = 0
+    timeouts: int = 0
+    model_ns: int = 0
+    tool_ns: int = 0
+    retrieval_ns: int = 0
+    code_ns: int = 0
+    think_ns: int = 0
+    waiting_ns: int = 0
+    context_ns: int = 0
+    queue_ns: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    warmup: bool = False
+    error: str | None = None
+
+
+SESSION_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(SessionRecord))
+
+
+def session_to_row(s: SessionRecord) -> dict[str, Any]:
+    return {name: getattr(s, name) for name in SESSION_COLUMNS}

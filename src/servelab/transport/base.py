@@ -1,0 +1,57 @@
+"""The one-method transport: a model request in, a timed :class:`RequestRecord` out.
+
+Implementations never raise for server faults: errors, resets, stalls and garbage become records with a
+status. They raise only for programming errors or bad configuration (``TargetError``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from servelab.records.schema import RequestRecord
+
+
+@dataclass(slots=True)
+class ModelRequest:
+    """What the load side asks a transport to send."""
+
+    request_id: int
+    api: Literal["chat", "completions"] = "chat"
+    messages: list[dict[str, Any]] | None = None  # chat API
+    prompt: str | None = None  # completions API
+    max_tokens: int = 128
+    min_tokens: int | None = None
+    ignore_eos: bool = False
+    temperature: float = 0.0
+    stream: bool = True
+    stop: list[str] | None = None
+    est_prompt_tokens: int | None = None  # the workload's own count of the prompt
+    session_id: int = -1
+    turn: int = 0
+    attempt: int = 0
+    warmup: bool = False
+    intended_ns: int = 0  # when the schedule wanted the send; latency counts from here in open loop
+    extra_body: dict[str, Any] = field(default_factory=dict)
+
+    def text(self) -> str:
+        """The prompt as one string (messages joined), for token counting."""
+        if self.prompt is not None:
+            return self.prompt
+        return "\n".join(str(m.get("content") or "") for m in (self.messages or []))
+
+
+class Transport(Protocol):
+    """One model request in, a timed response out."""
+
+    async def send(self, req: ModelRequest) -> RequestRecord:
+        """Send ``req`` and return its record (never raises for server faults)."""
+
+    async def count_tokens(self, text: str) -> int | None:
+        """Tokens in ``text`` as the target counts them, or None when the target cannot say."""
+
+    async def describe(self) -> dict[str, Any]:
+        """Facts about the target: engine, version, served models, server flags, hardware."""
+
+    async def aclose(self) -> None:
+        """Release connections and background tasks."""
