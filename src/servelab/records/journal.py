@@ -1,0 +1,65 @@
+"""Append-only journals: each record is written (and flushed to the OS) the moment it finishes.
+
+A crash, SIGKILL or Ctrl-C therefore loses at most the requests still in flight. At the end of a run the
+journals are converted to Parquet (:mod:`servelab.records.rundir`); a run that never reached its end can
+still be read back from its journals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from servelab.records.schema import RequestRecord, SessionRecord, record_to_row, session_to_row
+
+REQUESTS_JOURNAL = "requests.journal.jsonl"
+SESSIONS_JOURNAL = "sessions.journal.jsonl"
+
+
+class Journal:
+    """Line-delimited JSON journal of request and session records in a run directory."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = Path(run_dir)
+        self._req = open(self.run_dir / REQUESTS_JOURNAL, "ab", buffering=0)  # noqa: SIM115 - long-lived
+        self._ses: Any = None
+        self.requests_written = 0
+        self.sessions_written = 0
+
+    def write_request(self, r: RequestRecord) -> None:
+        self._req.write(orjson.dumps(record_to_row(r)) + b"\n")
+        self.requests_written += 1
+
+    def write_session(self, s: SessionRecord) -> None:
+        if self._ses is None:
+            self._ses = open(self.run_dir / SESSIONS_JOURNAL, "ab", buffering=0)  # noqa: SIM115
+        self._ses.write(orjson.dumps(session_to_row(s)) + b"\n")
+        self.sessions_written += 1
+
+    def close(self) -> None:
+        self._req.close()
+        if self._ses is not None:
+            self._ses.close()
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_journal(path: Path) -> Iterator[dict[str, Any]]:
+    """Rows of a journal; a torn last line (the process died mid-write) is skipped."""
+    if not path.exists():
+        return
+    with open(path, "rb") as f:
+        for line in f:
+            if not line.endswith(b"\n"):
+                break
+            try:
+                yield orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue

@@ -1,0 +1,145 @@
+"""Run directories: create, write (manifest, Parquet, summary) and read back.
+
+Layout (schema version :data:`servelab.records.schema.SCHEMA_VERSION`)::
+
+    RUN_DIR/manifest.json       what ran: version, command line, resolved config, target, host, seed, times
+    RUN_DIR/requests.parquet    one row per request attempt
+    RUN_DIR/sessions.parquet    one row per session (agent runs)
+    RUN_DIR/telemetry.parquet   server metric series (when scraped)
+    RUN_DIR/summary.json        computed figures with units
+    RUN_DIR/*.journal.jsonl     the journals the Parquet files were made from
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from servelab.errors import RunDirError
+from servelab.records.journal import REQUESTS_JOURNAL, SESSIONS_JOURNAL, read_journal
+from servelab.records.schema import REQUEST_COLUMNS, SCHEMA_VERSION, SESSION_COLUMNS
+
+_I = pa.int64()
+_REQUEST_TYPES: dict[str, pa.DataType] = {
+    "status": pa.string(),
+    "error": pa.string(),
+    "finish_reason": pa.string(),
+    "warmup": pa.bool_(),
+    "token_times_ns": pa.list_(_I),
+}
+_SESSION_TYPES: dict[str, pa.DataType] = {
+    "profile": pa.string(),
+    "status": pa.string(),
+    "error": pa.string(),
+    "accepted": pa.bool_(),
+    "warmup": pa.bool_(),
+}
+
+REQUEST_SCHEMA = pa.schema([(c, _REQUEST_TYPES.get(c, _I)) for c in REQUEST_COLUMNS])
+SESSION_SCHEMA = pa.schema([(c, _SESSION_TYPES.get(c, _I)) for c in SESSION_COLUMNS])
+
+
+@dataclass
+class RunData:
+    path: Path
+    manifest: dict[str, Any]
+    summary: dict[str, Any]
+    requests: pa.Table
+    sessions: pa.Table | None
+    telemetry: pa.Table | None
+    complete: bool  # False when read back from journals of a run that did not finish
+
+
+def _slug(s: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", s).strip("-")[:60]
+
+
+def create_run_dir(out: str | Path, name: str | None = None) -> Path:
+    base = Path(out)
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise RunDirError(f"cannot create output directory {str(base)!r}: {e.strerror}",
+                          hint="pass a writable directory to --out") from None
+    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%d-%H%M%S")
+    stem = f"{stamp}-{_slug(name)}" if name else stamp
+    for i in range(1000):
+        p = base / (stem if i == 0 else f"{stem}-{i}")
+        try:
+            p.mkdir()
+            return p
+        except FileExistsError:
+            continue
+    raise RunDirError(f"cannot find a free run directory name under {base}")
+
+
+def write_json(path: Path, data: Any) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS))
+    tmp.replace(path)
+
+
+def rows_to_table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
+    cols = {f.name: [r.get(f.name) for r in rows] for f in schema}
+    return pa.table(cols, schema=schema)
+
+
+def write_parquet_from_journal(run_dir: Path) -> None:
+    """Convert the journals of ``run_dir`` into requests.parquet (and sessions.parquet if any)."""
+    rows = list(read_journal(run_dir / REQUESTS_JOURNAL))
+    pq.write_table(rows_to_table(rows, REQUEST_SCHEMA), run_dir / "requests.parquet")
+    srows = list(read_journal(run_dir / SESSIONS_JOURNAL))
+    if srows:
+        pq.write_table(rows_to_table(srows, SESSION_SCHEMA), run_dir / "sessions.parquet")
+
+
+def _read_table(run_dir: Path, parquet: str, journal: str, schema: pa.Schema) -> pa.Table | None:
+    p = run_dir / parquet
+    if p.exists():
+        return pq.read_table(p)
+    rows = list(read_journal(run_dir / journal))
+    if rows or (run_dir / journal).exists():
+        return rows_to_table(rows, schema)
+    return None
+
+
+def read_run(path: str | Path) -> RunData:
+    """Read a run directory back (from Parquet, or from its journals when the run did not finish)."""
+    p = Path(path)
+    if not p.is_dir():
+        raise RunDirError(f"{str(p)!r} is not a run directory (it does not exist)",
+                          hint="pass the directory that `servelab run` printed")
+    mpath = p / "manifest.json"
+    if not mpath.exists():
+        raise RunDirError(f"{p} has no manifest.json: not a servelab run directory")
+    try:
+        manifest = json.loads(mpath.read_text())
+    except json.JSONDecodeError as e:
+        raise RunDirError(f"{mpath} is not valid JSON: {e}") from None
+    version = manifest.get("schema_version")
+    if version is not None and version > SCHEMA_VERSION:
+        raise RunDirError(
+            f"{p} has schema version {version}; this servelab reads up to {SCHEMA_VERSION}",
+            hint="upgrade servelab",
+        )
+    requests = _read_table(p, "requests.parquet", REQUESTS_JOURNAL, REQUEST_SCHEMA)
+    if requests is None:
+        requests = REQUEST_SCHEMA.empty_table()
+    sessions = _read_table(p, "sessions.parquet", SESSIONS_JOURNAL, SESSION_SCHEMA)
+    telemetry = pq.read_table(p / "telemetry.parquet") if (p / "telemetry.parquet").exists() else None
+    spath = p / "summary.json"
+    summary = json.loads(spath.read_text()) if spath.exists() else {}
+    complete = (p / "requests.parquet").exists() and spath.exists()
+    return RunData(p, manifest, summary, requests, sessions, telemetry, complete)
+
+
+def is_run_dir(path: str | Path) -> bool:
+    return (Path(path) / "manifest.json").exists()
