@@ -1,0 +1,26 @@
+"""From config to the runner's plan: closed loop workers, or an open-loop schedule computed up front."""
+
+from __future__ import annotations
+
+from servelab.config.models import RunConfig
+from servelab.load.arrivals import arrival_offsets_ns
+from servelab.load.runner import RunPlan
+
+
+def plan_for(cfg: RunConfig, count_hint: int | None = None) -> RunPlan:
+    load, lim = cfg.load, cfg.limits
+    max_jobs = lim.requests if lim.requests is not None else count_hint
+    common = dict(
+        max_jobs=max_jobs,
+        duration_s=lim.duration_s,
+        warmup_jobs=lim.warmup_requests,
+        warmup_s=lim.warmup_s,
+        drain_timeout_s=lim.drain_timeout_s,
+    )
+    if load.rate is not None:
+        offsets = arrival_offsets_ns(
+            rate=load.rate, arrival=load.arrival, burstiness=load.burstiness,
+            n=max_jobs, duration_s=lim.duration_s, seed=cfg.seed,
+        )
+        return RunPlan(offsets_ns=offsets, **common)
+    return RunPlan(concurrency=load.effective_concurrency, think_time_s=load.think_time_s, **common)

@@ -1,0 +1,163 @@
+"""One run end to end: open the target, build the work, run it, journal, summarize, write, report."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from servelab.analysis.live import LiveStats
+from servelab.analysis.summary import build_summary
+from servelab.bench.plan import plan_for
+from servelab.bench.sink import RecordSink
+from servelab.bench.targets import make_clock, make_transport, validate_target
+from servelab.bench.workloads import prepare_work
+from servelab.config.models import RunConfig
+from servelab.errors import TargetError
+from servelab.load.runner import RunOutcome, Runner
+from servelab.records.journal import Journal
+from servelab.records.manifest import build_manifest, utc_now_iso
+from servelab.records.rundir import create_run_dir, write_json, write_parquet_from_journal
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    summary: dict[str, Any]
+    outcome: RunOutcome
+    config: RunConfig
+    report_path: Path | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def execute(
+    cfg: RunConfig,
+    *,
+    argv: list[str] | None = None,
+    progress: bool = False,
+    report: bool = True,
+    run_dir: Path | None = None,
+    manifest_extra: dict[str, Any] | None = None,
+) -> RunResult:
+    """Run ``cfg`` and write its run directory; returns the summary. Raises ServelabError on bad input."""
+    validate_target(cfg.target)
+    run_dir = run_dir or create_run_dir(cfg.out, cfg.name)
+    clock = make_clock(cfg.target)
+    live = LiveStats()
+    journal = Journal(run_dir)
+    sink = RecordSink(journal, on_request=live.update)
+    started_at = utc_now_iso()
+    config_dict = cfg.model_dump(mode="json")
+    manifest: dict[str, Any] = build_manifest(
+        config=config_dict, argv=argv or [], target={}, seed=cfg.seed, started_at=started_at,
+        extra=manifest_extra,
+    )
+    write_json(run_dir / "manifest.json", manifest)
+    state: dict[str, Any] = {}
+
+    async def main() -> RunOutcome:
+        transport = make_transport(cfg.target, clock, concurrency=_pool_size(cfg), seed=cfg.seed)
+        try:
+            facts = await transport.describe()
+            manifest["target"] = _target_facts(cfg, facts)
+            write_json(run_dir / "manifest.json", build_manifest(
+                config=config_dict, argv=argv or [], target=manifest["target"], seed=cfg.seed,
+                started_at=started_at, extra=manifest_extra))
+            work = await prepare_work(cfg, transport, clock, sink)
+            state["work"] = work
+            runner = Runner(clock, plan_for(cfg, work.count_hint))
+            state["runner"] = runner
+            loop = asyncio.get_running_loop()
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(signal.SIGINT, runner.request_stop)
+            try:
+                return await runner.run(work.job)
+            finally:
+                with contextlib.suppress(Exception):
+                    loop.remove_signal_handler(signal.SIGINT)
+        finally:
+            await transport.aclose()
+
+    with _progress_display(progress, live, clock):
+        try:
+            outcome = clock.run(main)
+        finally:
+            journal.close()
+    return _finish(cfg, run_dir, sink, outcome, manifest, state, report, argv, started_at, manifest_extra)
+
+
+def _finish(cfg: RunConfig, run_dir: Path, sink: RecordSink, outcome: RunOutcome, manifest: dict[str, Any],
+            state: dict[str, Any], report: bool, argv: list[str] | None, started_at: str,
+            manifest_extra: dict[str, Any] | None) -> RunResult:
+    write_parquet_from_journal(run_dir)
+    extra: dict[str, Any] = {
+        "stopped_by": outcome.stopped_by,
+        "cancelled_in_flight": outcome.cancelled_in_flight,
+        "loop_lag_ms_p99": outcome.loop_lag_p99_ms,
+    }
+    work = state.get("work")
+    summary = build_summary(sink.requests, cfg, started_ns=outcome.started_ns, ended_ns=outcome.ended_ns, extra=extra)
+    if work is not None and work.summarize is not None:
+        summary.update(work.summarize(sink, outcome))
+    write_json(run_dir / "summary.json", summary)
+    final = build_manifest(config=cfg.model_dump(mode="json"), argv=argv or [], target=manifest.get("target", {}),
+                           seed=cfg.seed, started_at=started_at, extra=manifest_extra)
+    final["ended_at"] = utc_now_iso()
+    final["clock"] = {"kind": "virtual" if outcome.started_ns == 0 and cfg.target.is_sim else "monotonic",
+                      "started_ns": outcome.started_ns, "ended_ns": outcome.ended_ns}
+    write_json(run_dir / "manifest.json", final)
+    result = RunResult(run_dir, summary, outcome, cfg)
+    if report:
+        result.report_path = _write_report(run_dir, result)
+    return result
+
+
+def _write_report(run_dir: Path, result: RunResult) -> Path | None:
+    try:
+        from servelab.report.html import write_run_report
+    except ImportError:
+        return None
+    try:
+        return write_run_report(run_dir)
+    except Exception as e:  # noqa: BLE001 - a report failure must not lose the measured run
+        result.warnings.append(f"report not written: {type(e).__name__}: {e}")
+        return None
+
+
+def _pool_size(cfg: RunConfig) -> int:
+    if cfg.load.concurrency is not None:
+        return cfg.load.concurrency
+    return 256
+
+
+def _target_facts(cfg: RunConfig, facts: dict[str, Any]) -> dict[str, Any]:
+    if facts.get("error") and not cfg.target.is_sim and not facts.get("models"):
+        raise TargetError(
+            f"cannot reach the target {cfg.target.url}: {facts['error']}",
+            hint="check that the server is running and the URL ends with /v1 (e.g. http://127.0.0.1:8000/v1)",
+        )
+    out = dict(facts)
+    out.setdefault("url", cfg.target.url)
+    out.setdefault("api", cfg.target.api)
+    return out
+
+
+@contextlib.contextmanager
+def _progress_display(enabled: bool, live: LiveStats, clock: Any):
+    if not enabled:
+        yield
+        return
+    from rich.console import Console
+    from rich.live import Live
+
+    from servelab.report.terminal import progress_line
+
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        yield
+        return
+    with Live(get_renderable=lambda: progress_line(live), console=console, refresh_per_second=4, transient=True):
+        yield

@@ -1,0 +1,71 @@
+"""Flags shared by `run`, `replay` and `sweep`, and how they become a RunConfig (flag > file > default)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from servelab.config import RunConfig, apply_overrides, load_yaml, validate
+from servelab.errors import ConfigError
+
+# flag name (as typer passes it) -> dotted config path
+FLAG_PATHS: dict[str, str] = {
+    "target": "target.url",
+    "model": "target.model",
+    "api": "target.api",
+    "stream": "target.stream",
+    "api_key_env": "target.api_key_env",
+    "tokenizer": "target.tokenizer",
+    "concurrency": "load.concurrency",
+    "rate": "load.rate",
+    "arrival": "load.arrival",
+    "burstiness": "load.burstiness",
+    "think_time": "load.think_time_s",
+    "requests": "limits.requests",
+    "duration": "limits.duration_s",
+    "warmup": "limits.warmup_requests",
+    "warmup_s": "limits.warmup_s",
+    "drain_timeout": "limits.drain_timeout_s",
+    "input_tokens": "workload.input_tokens",
+    "output_tokens": "workload.output_tokens",
+    "ignore_eos": "workload.ignore_eos",
+    "slo_ttft_ms": "slo.ttft_ms",
+    "slo_itl_ms": "slo.itl_ms",
+    "slo_tpot_ms": "slo.tpot_ms",
+    "slo_e2e_ms": "slo.e2e_ms",
+    "seed": "seed",
+    "out": "out",
+    "name": "name",
+}
+
+
+def parse_headers(headers: list[str] | None) -> dict[str, str] | None:
+    if not headers:
+        return None
+    out: dict[str, str] = {}
+    for h in headers:
+        if ":" not in h:
+            raise ConfigError(f"--header {h!r} is not 'Name: value'", hint="e.g. --header 'X-Team: perf'")
+        k, v = h.split(":", 1)
+        out[k.strip()] = v.strip()
+    return out
+
+
+def config_data(config_file: str | None, flags: dict[str, Any]) -> dict[str, Any]:
+    """The config as a plain dict: the file, then each flag that was given on top."""
+    data = load_yaml(config_file) if config_file else {}
+    load = data.get("load") if isinstance(data.get("load"), dict) else None
+    if load is not None:
+        # Open and closed loop exclude each other: a flag for one replaces the file's other.
+        if flags.get("rate") is not None:
+            load.pop("concurrency", None)
+        if flags.get("concurrency") is not None:
+            load.pop("rate", None)
+    overrides = {path: flags.get(name) for name, path in FLAG_PATHS.items()}
+    headers = parse_headers(flags.get("header"))
+    if headers:
+        overrides["target.headers"] = headers
+    return apply_overrides(data, overrides)
+
+
+def build_run_config(config_file: str | None, flags: dict[str, Any]) -> RunConfig:
+    return validate(RunConfig, config_data(config_file, flags), source=config_file or "flags")

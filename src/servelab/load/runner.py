@@ -1,0 +1,193 @@
+"""The run loop: when work starts (closed loop or an open-loop schedule), limits, warm-up, drain, stop.
+
+The runner knows nothing of what a unit of work is. It calls ``job(index, intended_ns, warmup)`` for each
+request (single-turn runs) or session (agent runs); the job sends, journals and records. The runner owns
+the clock discipline: open-loop sends are scheduled at absolute offsets computed up front, so a slow send
+never shifts the ones after it, and the intended send time travels with the job so lag is measured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from servelab.clock import NS_PER_S, Clock
+
+Job = Callable[[int, int, bool], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What the runner needs to know, independent of the config models."""
+
+    concurrency: int | None = None  # closed loop: concurrent workers
+    offsets_ns: Sequence[int] | None = None  # open loop: absolute send offsets from the start
+    max_jobs: int | None = None
+    duration_s: float | None = None
+    warmup_jobs: int = 0
+    warmup_s: float = 0.0
+    drain_timeout_s: float = 60.0
+    think_time_s: float = 0.0
+
+
+@dataclass
+class RunOutcome:
+    started_ns: int
+    ended_ns: int = 0
+    issued: int = 0
+    completed: int = 0
+    cancelled_in_flight: int = 0
+    stopped_by: str = "limit"  # limit | duration | interrupt | schedule
+    loop_lag_ms: list[float] = field(default_factory=list)
+
+    @property
+    def loop_lag_p99_ms(self) -> float | None:
+        if not self.loop_lag_ms:
+            return None
+        return float(np.percentile(np.asarray(self.loop_lag_ms), 99))
+
+
+class Runner:
+    """Runs jobs on a clock under a :class:`RunPlan`."""
+
+    def __init__(self, clock: Clock, plan: RunPlan) -> None:
+        if plan.concurrency is None and plan.offsets_ns is None:
+            raise ValueError("a RunPlan needs concurrency (closed loop) or offsets_ns (open loop)")
+        self.clock = clock
+        self.plan = plan
+        self._stop = asyncio.Event()
+        self._interrupted = False
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._next = 0
+
+    def request_stop(self, interrupt: bool = True) -> None:
+        """Stop issuing work; with ``interrupt`` also cancel what is in flight (Ctrl-C)."""
+        self._interrupted = self._interrupted or interrupt
+        self._stop.set()
+        if interrupt:
+            for t in list(self._tasks):
+                t.cancel()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._tasks)
+
+    def _warm(self, index: int, intended_ns: int, start_ns: int) -> bool:
+        p = self.plan
+        return index < p.warmup_jobs or (intended_ns - start_ns) < p.warmup_s * NS_PER_S
+
+    def _deadline(self, start_ns: int) -> int | None:
+        d = self.plan.duration_s
+        return None if d is None else start_ns + int(d * NS_PER_S)
+
+    async def run(self, job: Job) -> RunOutcome:
+        out = RunOutcome(started_ns=self.clock.now())
+        monitor = None if self.clock.virtual else asyncio.ensure_future(self._watch_loop(out))
+        try:
+            if self.plan.offsets_ns is not None:
+                await self._open_loop(job, out)
+            else:
+                await self._closed_loop(job, out)
+            await self._drain(out)
+        finally:
+            if monitor is not None:
+                monitor.cancel()
+            out.ended_ns = self.clock.now()
+        if self._interrupted:
+            out.stopped_by = "interrupt"
+        return out
+
+    def _spawn(self, job: Job, index: int, intended_ns: int, warm: bool, out: RunOutcome) -> asyncio.Task[None]:
+        task = asyncio.ensure_future(job(index, intended_ns, warm))
+        self._tasks.add(task)
+        out.issued += 1
+
+        def _done(t: asyncio.Task[None]) -> None:
+            self._tasks.discard(t)
+            if not t.cancelled():
+                out.completed += 1
+                t.exception()  # retrieve, so asyncio does not log it; jobs record their own failures
+
+        task.add_done_callback(_done)
+        return task
+
+    async def _open_loop(self, job: Job, out: RunOutcome) -> None:
+        start = out.started_ns
+        deadline = self._deadline(start)
+        limit = self.plan.max_jobs
+        out.stopped_by = "schedule"
+        for index, off in enumerate(self.plan.offsets_ns or ()):
+            if limit is not None and index >= limit:
+                out.stopped_by = "limit"
+                break
+            intended = start + int(off)
+            if deadline is not None and intended >= deadline:
+                out.stopped_by = "duration"
+                break
+            if self.clock.now() < intended:
+                stop_wait = asyncio.ensure_future(self._stop.wait())
+                sleeper = asyncio.ensure_future(self.clock.sleep_until(intended))
+                await asyncio.wait({stop_wait, sleeper}, return_when=asyncio.FIRST_COMPLETED)
+                stop_wait.cancel()
+                sleeper.cancel()
+            if self._stop.is_set():
+                break
+            self._spawn(job, index, intended, self._warm(index, intended, start), out)
+
+    async def _closed_loop(self, job: Job, out: RunOutcome) -> None:
+        start = out.started_ns
+        deadline = self._deadline(start)
+        limit = self.plan.max_jobs
+        think = self.plan.think_time_s
+
+        async def worker() -> None:
+            while not self._stop.is_set():
+                index = self._next
+                if limit is not None and index >= limit:
+                    out.stopped_by = "limit"
+                    return
+                now = self.clock.now()
+                if deadline is not None and now >= deadline:
+                    out.stopped_by = "duration"
+                    return
+                self._next += 1
+                task = self._spawn(job, index, now, self._warm(index, now, start), out)
+                # asyncio.wait never cancels the job: past the deadline it is left to _drain.
+                timeout = None if deadline is None else max(0.0, (deadline - self.clock.now()) / NS_PER_S)
+                await asyncio.wait({task}, timeout=timeout)
+                if not task.done():
+                    out.stopped_by = "duration"
+                    return
+                if think > 0 and not self._stop.is_set():
+                    await self.clock.sleep(think)
+
+        workers = [asyncio.ensure_future(worker()) for _ in range(self.plan.concurrency or 1)]
+        try:
+            await asyncio.gather(*workers)
+        except asyncio.CancelledError:
+            for w in workers:
+                w.cancel()
+            raise
+
+    async def _drain(self, out: RunOutcome) -> None:
+        if not self._tasks:
+            return
+        pending = set(self._tasks)
+        if not self._interrupted and self.plan.drain_timeout_s > 0:
+            _, pending = await asyncio.wait(pending, timeout=self.plan.drain_timeout_s)
+        if pending:
+            out.cancelled_in_flight += len(pending)
+            for t in pending:
+                t.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _watch_loop(self, out: RunOutcome, period_s: float = 0.05) -> None:
+        """Measure event-loop saturation: how late a periodic timer fires."""
+        while True:
+            t0 = self.clock.now()
+            await asyncio.sleep(period_s)
+            late = (self.clock.now() - t0) / 1e6 - period_s * 1e3
+            out.loop_lag_ms.append(max(0.0, late))
