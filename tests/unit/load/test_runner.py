@@ -1,0 +1,90 @@
+import asyncio
+
+import pytest
+
+from servelab.clock import NS_PER_S, VirtualClock
+from servelab.load.runner import Runner, RunPlan
+
+
+def _run(plan: RunPlan, service_s, clock=None):
+    clock = clock or VirtualClock()
+    log: list[tuple] = []
+
+    async def job(i: int, intended: int, warm: bool) -> None:
+        try:
+            await clock.sleep(service_s(i))
+            log.append((i, "ok", intended, clock.now(), warm))
+        except asyncio.CancelledError:
+            log.append((i, "cancelled", intended, clock.now(), warm))
+            raise
+
+    async def main():
+        return await Runner(clock, plan).run(job)
+
+    return clock.run(main), log
+
+
+def test_closed_loop_keeps_n_in_flight_and_stops_at_the_request_limit():
+    out, log = _run(RunPlan(concurrency=4, max_jobs=10), lambda i: 1.0)
+    assert out.issued == 10 and out.completed == 10 and out.cancelled_in_flight == 0
+    # 4 workers, 1 s each: requests 0-3 finish at 1 s, 4-7 at 2 s, 8-9 at 3 s.
+    finish = sorted(t for *_, t, _ in log)
+    assert finish == [NS_PER_S] * 4 + [2 * NS_PER_S] * 4 + [3 * NS_PER_S] * 2
+    assert out.stopped_by == "limit"
+
+
+def test_closed_loop_duration_drains_then_cancels_and_counts_add_up():
+    out, log = _run(RunPlan(concurrency=2, duration_s=5, drain_timeout_s=0.5), lambda i: 2.0)
+    ok = [x for x in log if x[1] == "ok"]
+    cancelled = [x for x in log if x[1] == "cancelled"]
+    # Sends at 0, 2, 4 per worker; those at 4 s would end at 6 s, past 5 s + 0.5 s drain.
+    assert len(ok) == 4 and len(cancelled) == 2
+    assert out.issued == len(ok) + len(cancelled)
+    assert out.cancelled_in_flight == 2
+    assert out.ended_ns == int(5.5 * NS_PER_S)
+
+
+def test_open_loop_sends_at_absolute_offsets_even_when_jobs_are_slow():
+    offsets = [0, NS_PER_S // 10, NS_PER_S // 5, 3 * NS_PER_S]
+    out, log = _run(RunPlan(offsets_ns=offsets), lambda i: 10.0)
+    intended = sorted(x[2] for x in log)
+    assert intended == offsets
+    assert out.issued == 4
+
+
+def test_open_loop_respects_duration():
+    offsets = [i * NS_PER_S for i in range(10)]
+    out, log = _run(RunPlan(offsets_ns=offsets, duration_s=4.5), lambda i: 0.1)
+    assert out.issued == 5 and out.stopped_by == "duration"
+
+
+@pytest.mark.parametrize("plan,expected", [
+    (RunPlan(concurrency=1, max_jobs=5, warmup_jobs=2), [True, True, False, False, False]),
+    (RunPlan(concurrency=1, max_jobs=4, warmup_s=1.5), [True, True, False, False]),
+])
+def test_warmup_by_count_and_by_time(plan, expected):
+    _, log = _run(plan, lambda i: 1.0)
+    assert [x[4] for x in sorted(log)] == expected
+
+
+def test_interrupt_cancels_in_flight_and_stops_issuing():
+    clock = VirtualClock()
+    seen: list[str] = []
+
+    async def job(i, intended, warm):
+        try:
+            await clock.sleep(100)
+            seen.append("ok")
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+
+    async def main():
+        r = Runner(clock, RunPlan(concurrency=3, max_jobs=100))
+        asyncio.get_running_loop().call_later(1.0, r.request_stop)
+        return await r.run(job)
+
+    out = clock.run(main)
+    assert out.stopped_by == "interrupt"
+    assert seen == ["cancelled"] * 3
+    assert out.issued == 3
