@@ -17,7 +17,7 @@ from servelab.bench.targets import make_clock, make_transport, validate_target
 from servelab.bench.workloads import prepare_work
 from servelab.config.models import RunConfig
 from servelab.errors import TargetError
-from servelab.load.runner import RunOutcome, Runner
+from servelab.load.runner import Runner, RunOutcome
 from servelab.records.journal import Journal
 from servelab.records.manifest import build_manifest, utc_now_iso
 from servelab.records.rundir import create_run_dir, write_json, write_parquet_from_journal

@@ -1,0 +1,91 @@
+"""`servelab sweep`: the run flags plus list values; one run directory per point, sweep.json, the knee."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import orjson
+import typer
+from rich.console import Console
+
+
+def register(app: typer.Typer) -> None:
+    app.command("sweep")(sweep)
+
+
+def sweep(
+    target: Annotated[list[str] | None, typer.Option(help="Target URL or sim spec; repeat to sweep targets.")] = None,
+    model: Annotated[str | None, typer.Option(help="Model name.")] = None,
+    api: Annotated[str | None, typer.Option(help="chat or completions.")] = None,
+    concurrency: Annotated[str | None, typer.Option(help="Concurrency levels, e.g. 1,4,16,64,256 or 1..256.")] = None,
+    rate: Annotated[str | None, typer.Option(help="Request rates (req/s), e.g. 1,2,4,8.")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="KEY=V1,V2,... for any config key "
+                                                      "(dotted) or simulator/server key (repeatable).")] = None,
+    arrival: Annotated[str | None, typer.Option(help="poisson, gamma or constant.")] = None,
+    burstiness: Annotated[float | None, typer.Option(help="Gamma shape.")] = None,
+    requests: Annotated[int | None, typer.Option(help="Requests per point.")] = None,
+    duration: Annotated[float | None, typer.Option(help="Seconds per point.")] = None,
+    warmup: Annotated[int | None, typer.Option(help="Warm-up requests per point.")] = None,
+    input_tokens: Annotated[int | None, typer.Option(help="Prompt tokens per request.")] = None,
+    output_tokens: Annotated[int | None, typer.Option(help="Output tokens per request.")] = None,
+    ignore_eos: Annotated[bool | None, typer.Option("--ignore-eos", help="Force output lengths.")] = None,
+    stream: Annotated[bool | None, typer.Option("--stream/--no-stream", help="Stream responses.")] = None,
+    api_key_env: Annotated[str | None, typer.Option(help="Env var holding the API key.")] = None,
+    slo_ttft_ms: Annotated[float | None, typer.Option(help="Goodput SLO on TTFT, ms.")] = None,
+    slo_itl_ms: Annotated[float | None, typer.Option(help="Goodput SLO on mean ITL, ms.")] = None,
+    slo_e2e_ms: Annotated[float | None, typer.Option(help="Goodput SLO on end-to-end latency, ms.")] = None,
+    server_cmd: Annotated[str | None, typer.Option(help="Server command template started per point, e.g. "
+                                                      "'vllm serve {model} --max-num-seqs {max_num_seqs}'.")] = None,
+    health_url: Annotated[str | None, typer.Option(help="URL that answers 200 when the server is ready.")] = None,
+    startup_timeout: Annotated[float, typer.Option(help="Seconds to wait for the server to be healthy.")] = 600.0,
+    budget: Annotated[float | None, typer.Option(help="Time budget for the whole sweep, seconds.")] = None,
+    resume: Annotated[str | None, typer.Option(help="Resume the sweep in this directory.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed.")] = None,
+    out: Annotated[str | None, typer.Option(help="Directory in which the sweep directory is created.")] = None,
+    name: Annotated[str | None, typer.Option(help="Sweep name.")] = None,
+    config: Annotated[str | None, typer.Option("--config", help="YAML config file.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print sweep.json.")] = False,
+    report: Annotated[bool, typer.Option("--report/--no-report", help="Write report.html.")] = True,
+) -> None:
+    """Run the benchmark over a grid of load levels and settings; find the knee."""
+    from servelab.cli.options import config_data
+    from servelab.errors import ConfigError
+    from servelab.sweep.grid import DEFAULT_CONCURRENCY, parse_list, parse_set
+    from servelab.sweep.runner import ServerSpec, SweepSpec, run_sweep
+
+    flags = dict(locals())
+    flags.update(target=None, concurrency=None, rate=None)
+    base = config_data(config, flags)
+    axes: dict[str, list] = {}
+    if target and len(target) > 1:
+        axes["target"] = list(target)
+    elif target:
+        base.setdefault("target", {})["url"] = target[0]
+    axes.update(parse_set(set_ or []))
+    if concurrency and rate:
+        raise ConfigError("give --concurrency or --rate levels, not both")
+    if rate:
+        axes["rate"] = parse_list(rate, "--rate")
+    elif concurrency:
+        axes["concurrency"] = parse_list(concurrency, "--concurrency")
+    elif "load.rate" not in axes and "load.concurrency" not in axes:
+        axes["concurrency"] = list(DEFAULT_CONCURRENCY)
+    server = None
+    if server_cmd:
+        if not health_url:
+            raise ConfigError("--server-cmd needs --health-url", hint="e.g. --health-url http://127.0.0.1:8000/health")
+        server = ServerSpec(server_cmd, health_url, startup_timeout)
+    spec = SweepSpec(base=base, axes=axes, out=out or base.get("out", "runs"), name=name, server=server,
+                     budget_s=budget, resume_dir=Path(resume) if resume else None,
+                     argv=["servelab", *sys.argv[1:]], report=report)
+    err = Console(stderr=True)
+    sweep_dir, state = run_sweep(spec, say=lambda s: err.print(s, highlight=False, markup=False))
+    if json_out:
+        sys.stdout.write(orjson.dumps(state, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        from servelab.report.sweep_table import render_sweep
+
+        render_sweep(state, Console())
+    err.print(f"sweep written to {sweep_dir}")

@@ -1,0 +1,163 @@
+"""Run a sweep: one run directory per grid point, resumable, within a time budget."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from servelab.bench.run import execute
+from servelab.config import RunConfig, apply_overrides, validate
+from servelab.errors import ServelabError
+from servelab.records.manifest import redact, redact_argv, utc_now_iso
+from servelab.records.rundir import create_run_dir
+from servelab.sweep import state as st
+from servelab.sweep.grid import Point, expand
+from servelab.sweep.knee_of import knees_for
+from servelab.sweep.server import ServerProcess, render_command
+
+
+@dataclass
+class ServerSpec:
+    command: str  # template, e.g. "vllm serve {model} --max-num-seqs {max_num_seqs}"
+    health_url: str
+    startup_timeout_s: float = 600.0
+    variables: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class SweepSpec:
+    base: dict[str, Any]  # config data without the swept values
+    axes: dict[str, list[Any]]
+    out: str = "runs"
+    name: str | None = None
+    server: ServerSpec | None = None
+    budget_s: float | None = None
+    resume_dir: Path | None = None
+    argv: list[str] = field(default_factory=list)
+    report: bool = True
+
+
+def point_config(base: dict[str, Any], params: dict[str, Any]) -> RunConfig:
+    """The run config of one point: the base with the point's values applied."""
+    data = apply_overrides(base, {})
+    sim_keys: dict[str, Any] = {}
+    for key, value in params.items():
+        if key == "concurrency":
+            data.setdefault("load", {}).pop("rate", None)
+            data["load"]["concurrency"] = value
+        elif key == "rate":
+            data.setdefault("load", {}).pop("concurrency", None)
+            data["load"]["rate"] = value
+        elif key == "target":
+            data.setdefault("target", {})["url"] = value
+        elif "." in key:
+            data = apply_overrides(data, {key: value})
+        else:
+            sim_keys[key] = value
+    url = (data.get("target") or {}).get("url", "sim")
+    if sim_keys and str(url).startswith("sim"):
+        data.setdefault("target", {})["url"] = _with_sim_keys(str(url), sim_keys)
+    return validate(RunConfig, data, source="sweep point")
+
+
+def _with_sim_keys(url: str, keys: dict[str, Any]) -> str:
+    from servelab.sim.target import spec_with_overrides
+
+    return spec_with_overrides(url, {k: _plain(v) for k, v in keys.items()})
+
+
+def _plain(v: Any) -> str:
+    return ("true" if v else "false") if isinstance(v, bool) else str(v)
+
+
+def run_sweep(spec: SweepSpec, say: Callable[[str], None] = lambda s: None) -> tuple[Path, dict[str, Any]]:
+    points = expand(spec.axes)
+    if spec.resume_dir is not None:
+        sweep_dir = Path(spec.resume_dir)
+        state = st.load(sweep_dir)
+        done = {e["key"]: e for e in state["points"] if st.finished_point(sweep_dir, e)}
+    else:
+        sweep_dir = create_run_dir(spec.out, (spec.name or "") + "-sweep" if spec.name else "sweep")
+        state = st.new_state(spec.axes, redact(spec.base), redact_argv(spec.argv), utc_now_iso(), spec.budget_s)
+        done = {}
+    # Validate every point before running any: a typo must not cost a sweep.
+    configs = {p.key: point_config(spec.base, p.params) for p in points}
+    state["points"] = [done.get(p.key) or _entry(p, "pending") for p in points]
+    st.save(sweep_dir, state)
+    t0 = time.monotonic()
+    walls: list[float] = [e.get("wall_s", 0.0) for e in done.values()]
+    for i, p in enumerate(points):
+        if p.key in done:
+            say(f"[{i + 1}/{len(points)}] {p.key}: done earlier, skipped")
+            continue
+        if spec.budget_s is not None and time.monotonic() - t0 > spec.budget_s:
+            state["points"][i] = _entry(p, "skipped", error="time budget exhausted")
+            continue
+        entry = _run_point(sweep_dir, p, configs[p.key], spec)
+        state["points"][i] = entry
+        walls.append(entry.get("wall_s", 0.0))
+        remaining = sum(1 for e in state["points"] if e["status"] == "pending")
+        eta = remaining * (sum(walls) / len(walls)) if walls else 0.0
+        say(f"[{i + 1}/{len(points)}] {p.key}: {entry['status']} in {entry.get('wall_s', 0):.1f} s; "
+            f"about {eta:.0f} s left")
+        st.save(sweep_dir, state)
+    state["knees"], state["knee"], state["knee_reason"] = knees_for(state["points"])
+    state["ended_at"] = utc_now_iso()
+    state["complete"] = all(e["status"] in ("ok", "failed") for e in state["points"])
+    st.save(sweep_dir, state)
+    if spec.report:
+        _report(sweep_dir, say)
+    return sweep_dir, state
+
+
+def _entry(p: Point, status: str, **kw: Any) -> dict[str, Any]:
+    return {"index": p.index, "key": p.key, "params": p.params, "level": p.level, "status": status,
+            "run_dir": None, "summary": None, "error": None, **kw}
+
+
+def _run_point(sweep_dir: Path, p: Point, cfg: RunConfig, spec: SweepSpec) -> dict[str, Any]:
+    run_dir = sweep_dir / p.key
+    if run_dir.exists():  # a point killed mid-run: start it again from nothing
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
+    t = time.monotonic()
+    extra: dict[str, Any] = {"sweep": {"dir": str(sweep_dir), "point": p.key, "params": p.params}}
+    server = None
+    try:
+        if spec.server is not None:
+            argv = render_command(spec.server.command, {**spec.server.variables, **_template_values(cfg), **p.params})
+            extra["server"] = {"command_line": redact_argv(argv), "log": "server.log"}
+            server = ServerProcess(argv, run_dir / "server.log", spec.server.health_url, spec.server.startup_timeout_s)
+            server.start()
+        result = execute(cfg, argv=spec.argv, run_dir=run_dir, report=False, manifest_extra=extra)
+        return _entry(p, "ok", run_dir=p.key, summary=result.summary, wall_s=time.monotonic() - t)
+    except ServelabError as e:
+        return _entry(p, "failed", run_dir=p.key, error=str(e), wall_s=time.monotonic() - t)
+    except Exception as e:  # noqa: BLE001 - one broken point must not end the sweep
+        return _entry(p, "failed", run_dir=p.key, error=f"{type(e).__name__}: {e}", wall_s=time.monotonic() - t)
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def _template_values(cfg: RunConfig) -> dict[str, Any]:
+    out: dict[str, Any] = {"url": cfg.target.url}
+    if cfg.target.model:
+        out["model"] = cfg.target.model
+    return out
+
+
+def _report(sweep_dir: Path, say: Callable[[str], None]) -> None:
+    try:
+        from servelab.report.html import write_sweep_report
+    except ImportError:
+        return
+    try:
+        path = write_sweep_report(sweep_dir)
+        say(f"report: {path}")
+    except Exception as e:  # noqa: BLE001 - the measured sweep is already on disk
+        say(f"warning: report not written: {type(e).__name__}: {e}")
