@@ -11,9 +11,11 @@ from typing import Any
 
 from servelab.analysis.live import LiveStats
 from servelab.analysis.summary import build_summary
+from servelab.analysis.telemetry import summarize_telemetry, token_agreement
 from servelab.bench.plan import plan_for
 from servelab.bench.sink import RecordSink
 from servelab.bench.targets import make_clock, make_transport, validate_target
+from servelab.bench.telemetry import RunTelemetry
 from servelab.bench.workloads import prepare_work
 from servelab.config.models import RunConfig
 from servelab.errors import TargetError
@@ -69,13 +71,15 @@ def execute(
             work = await prepare_work(cfg, transport, clock, sink)
             state["work"] = work
             runner = Runner(clock, plan_for(cfg, work.count_hint))
-            state["runner"] = runner
+            telemetry = state["telemetry"] = RunTelemetry(cfg, transport, clock)
             loop = asyncio.get_running_loop()
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.add_signal_handler(signal.SIGINT, runner.request_stop)
+            telemetry.start()
             try:
                 return await runner.run(work.job)
             finally:
+                await telemetry.stop()
                 with contextlib.suppress(Exception):
                     loop.remove_signal_handler(signal.SIGINT)
         finally:
@@ -102,6 +106,17 @@ def _finish(cfg: RunConfig, run_dir: Path, sink: RecordSink, outcome: RunOutcome
     summary = build_summary(sink.requests, cfg, started_ns=outcome.started_ns, ended_ns=outcome.ended_ns, extra=extra)
     if work is not None and work.summarize is not None:
         summary.update(work.summarize(sink, outcome))
+    telemetry = state.get("telemetry")
+    if telemetry is not None:
+        telemetry.write(run_dir)
+        server = summarize_telemetry(telemetry.rows.columns(), telemetry.engine)
+        if server.get("available"):
+            tokens = summary.get("tokens", {})
+            server["token_agreement"] = token_agreement(server, tokens.get("output") or 0, tokens.get("input") or 0)
+        server["scrape_errors"] = telemetry.rows.errors[:5]
+        summary["server"] = server
+        if telemetry.engine and not manifest.get("target", {}).get("engine"):
+            manifest.setdefault("target", {})["engine"] = telemetry.engine
     write_json(run_dir / "summary.json", summary)
     final = build_manifest(config=cfg.model_dump(mode="json"), argv=argv or [], target=manifest.get("target", {}),
                            seed=cfg.seed, started_at=started_at, extra=manifest_extra)

@@ -159,12 +159,23 @@ class SLOConfig(Strict):
     )
 
 
+class TelemetryConfig(Strict):
+    enabled: bool = Field(default=True, description="Scrape the target's Prometheus /metrics during the run.")
+    interval_s: float = Field(default=1.0, gt=0, description="Seconds between scrapes (on the run's clock).")
+    metrics_url: str | None = Field(
+        default=None, description="Metrics URL; default: the target's base URL with /v1 replaced by /metrics."
+    )
+    dcgm_url: str | None = Field(default=None, description="A DCGM exporter's /metrics URL for GPU counters.")
+    nvml: bool = Field(default=True, description="Sample local NVIDIA GPUs through NVML when available.")
+
+
 class RunConfig(Strict):
     target: TargetConfig = Field(default_factory=TargetConfig, description="Where requests go.")
     workload: WorkloadConfig = Field(default_factory=WorkloadConfig, description="What requests look like.")
     load: LoadConfig = Field(default_factory=LoadConfig, description="When requests are sent.")
     limits: LimitsConfig = Field(default_factory=LimitsConfig, description="When the run stops.")
     slo: SLOConfig = Field(default_factory=SLOConfig, description="Service-level objectives for goodput.")
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig, description="Server metrics scraping.")
     percentiles: list[float] = Field(
         default_factory=lambda: [50, 90, 95, 99], description="Percentiles reported for every metric."
     )

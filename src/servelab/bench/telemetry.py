@@ -1,0 +1,75 @@
+"""Telemetry for one run: which sources to scrape, started before the load and stopped after it."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from servelab.clock import Clock
+from servelab.config.models import RunConfig
+from servelab.telemetry.scraper import Scraper, TelemetryRows
+from servelab.telemetry.sources import HttpMetrics, NvmlSampler, metrics_url_for
+from servelab.telemetry.vocabulary import detect_engine
+from servelab.transport.base import Transport
+
+TELEMETRY_SCHEMA = pa.schema([("t_ns", pa.int64()), ("source", pa.string()), ("name", pa.string()),
+                              ("raw_name", pa.string()), ("labels", pa.string()), ("value", pa.float64())])
+
+
+class RunTelemetry:
+    def __init__(self, cfg: RunConfig, transport: Transport, clock: Clock) -> None:
+        self.rows = TelemetryRows()
+        self.scrapers: list[Scraper] = []
+        self._closers: list[Any] = []
+        tc = cfg.telemetry
+        if not tc.enabled:
+            return
+        sim_text = getattr(transport, "metrics_text", None)
+        if cfg.target.is_sim and sim_text is not None:
+            async def fetch_sim() -> str:
+                return sim_text()
+
+            self.scrapers.append(Scraper(fetch_sim, clock, self.rows, source="server", interval_s=tc.interval_s))
+        elif not cfg.target.is_sim:
+            http = HttpMetrics(tc.metrics_url or metrics_url_for(cfg.target.url), headers=cfg.target.headers)
+            self._closers.append(http)
+            self.scrapers.append(Scraper(http, clock, self.rows, source="server", interval_s=tc.interval_s))
+        if tc.dcgm_url:
+            dcgm = HttpMetrics(tc.dcgm_url)
+            self._closers.append(dcgm)
+            self.scrapers.append(Scraper(dcgm, clock, self.rows, source="dcgm", interval_s=tc.interval_s))
+        if tc.nvml and not clock.virtual:
+            nvml = NvmlSampler()
+            if nvml.available:
+                async def fetch_nvml() -> Any:
+                    return nvml.sample()
+
+                self.scrapers.append(Scraper(fetch_nvml, clock, self.rows, source="nvml",
+                                             interval_s=tc.interval_s, parse=lambda x: x))
+
+    def start(self) -> None:
+        for s in self.scrapers:
+            s.start()
+
+    async def stop(self) -> None:
+        for s in self.scrapers:
+            with contextlib.suppress(Exception):
+                await s.stop()
+        for c in self._closers:
+            await c.aclose()
+
+    @property
+    def engine(self) -> str | None:
+        names: set[str] = set()
+        for s in self.scrapers:
+            if s.source == "server":
+                names |= s.names_seen
+        return detect_engine(names)
+
+    def write(self, run_dir: Path) -> None:
+        if len(self.rows):
+            pq.write_table(pa.table(self.rows.columns(), schema=TELEMETRY_SCHEMA), run_dir / "telemetry.parquet")
