@@ -24,6 +24,7 @@ import orjson
 from aiohttp import web
 
 from servelab.clock import Clock, WallClock
+from servelab.errors import ConfigError
 from servelab.sim import tokenizer as tok
 from servelab.sim.api import SimRequest
 from servelab.sim.faults import ERROR, MALFORMED, NO_FAULT, RESET, STALL, TRUNCATE, FaultConfig, FaultPlan
@@ -438,7 +439,12 @@ async def start_server(engine: Any, deployment: Any, *, host: str = "127.0.0.1",
     runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=2.0, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_address=True)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as e:
+        await runner.cleanup()
+        raise ConfigError(f"cannot listen on {host}:{port} ({e.strerror or e})",
+                          hint="choose another --port (0 picks a free one) or stop the process using it") from e
     bound = port
     server = getattr(site, "_server", None)
     if server is not None and server.sockets:
