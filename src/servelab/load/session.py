@@ -55,8 +55,8 @@ async def run_session(
     ids: RequestIds,
     *,
     on_record: Callable[[RequestRecord], None],
+    texts: TextSource,
     on_session: Callable[[SessionRecord], None] | None = None,
-    texts: TextSource | None = None,
     intended_ns: int | None = None,
     warmup: bool = False,
     api: str = "chat",
@@ -73,7 +73,7 @@ async def run_session(
             f"session '{plan.profile}' runs a real command or url, which cannot be timed on virtual time",
             hint="against the simulator give tool steps a duration_s instead of command/url",
         )
-    run = _Session(plan, transport, clock, ids, on_record, texts or _default_texts(), intended_ns, warmup,
+    run = _Session(plan, transport, clock, ids, on_record, texts, intended_ns, warmup,
                    api, stream, extra_body or {})
     try:
         return await run.run()
@@ -378,8 +378,3 @@ async def _run_url(http: Any, url: str, method: str, body: str | None, limit: fl
         return False, False, f"{method} {url} failed: {e}"
     return status < 400, False, "" if status < 400 else f"{method} {url} returned HTTP {status}"
 
-
-def _default_texts() -> TextSource:
-    from servelab.workload.agent import default_text_source
-
-    return default_text_source()

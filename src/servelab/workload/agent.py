@@ -242,3 +242,32 @@ class TextSource(Protocol):
     """Message text of an exact token count; the same ``key`` always gives the same text."""
 
     def text(self, n_tokens: int, key: int) -> str: ...
+
+
+class SynthTextSource:
+    """A :class:`TextSource` over the workload's calibrated ``PromptSynthesizer``.
+
+    Key -1 is the shared system prompt (built once, identical in every session so a prefix cache can
+    share it); other keys are per-session parts, each distinct.
+    """
+
+    def __init__(self, synth: object) -> None:
+        self.synth = synth
+        self._shared: dict[int, str] = {}
+
+    def text(self, n_tokens: int, key: int) -> str:
+        if key < 0:
+            t = self._shared.get(n_tokens)
+            if t is None:
+                t = self._shared[n_tokens] = self.synth.build(n_tokens, index=0, kind=2).text  # type: ignore[attr-defined]
+            return t
+        return self.synth.build(n_tokens, index=key, kind=3, lead=False).text  # type: ignore[attr-defined]
+
+
+async def synth_text_source(counter: object, seed: int = 0) -> SynthTextSource:
+    """Calibrate a ``PromptSynthesizer`` on ``counter`` (a token counter) and wrap it as a text source."""
+    from servelab.workload.prompts import PromptSynthesizer
+
+    synth = PromptSynthesizer(counter, seed)  # type: ignore[arg-type]
+    await synth.calibrate()
+    return SynthTextSource(synth)
