@@ -1,0 +1,147 @@
+"""Request metrics as small declarative units, each defined once.
+
+A :class:`Metric` names a figure, its unit, what it means, which records it applies to (its scope) and
+one function over the columns. The function returns ``(values, owner)``: the values and, for each value,
+the index of the request it came from. A per-request metric returns one value per request (NaN where
+undefined, such as TPOT of a one-token answer); a pooled metric (``itl_ms``: every gap of every request)
+returns many values per request. The scope then keeps the values of the requests it applies to.
+
+Where latency starts: in an open loop at the *intended* send time, so time the client spent behind
+schedule counts against the figures instead of hiding; in a closed loop at the actual send time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from servelab.analysis.columns import Columns
+from servelab.records.schema import OK
+
+NS_PER_MS = 1e6
+Scope = Literal["ok", "sent"]
+LoadMode = Literal["open", "closed"]
+MetricFn = Callable[[Columns, np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    unit: str
+    description: str
+    fn: MetricFn  # (columns, start_ns) -> (values, owner request index)
+    scope: Scope = "ok"  # ok: ok and not warm-up; sent: every measured request that was sent
+    per_request: bool = True  # one value per request (usable per request, e.g. for goodput)
+
+    def values(self, cols: Columns, start: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+        """The finite values of the requests in scope (or in ``mask`` when given)."""
+        vals, owner = self.fn(cols, start)
+        keep = scope_mask(cols, self.scope) if mask is None else mask
+        out = vals[keep[owner]]
+        return out[np.isfinite(out)]
+
+
+def scope_mask(cols: Columns, scope: Scope) -> np.ndarray:
+    measured = ~cols.warmup
+    if scope == "ok":
+        return measured & (cols.status == OK)
+    return measured & ~np.isnan(cols.t("sent_ns"))
+
+
+def latency_start(cols: Columns, mode: LoadMode) -> np.ndarray:
+    """Per-request start of latency: intended send (open loop) or actual send (closed loop)."""
+    intended = cols.t("intended_ns")
+    if mode == "open":
+        return intended
+    sent = cols.t("sent_ns")
+    return np.where(np.isnan(sent), intended, sent)
+
+
+def _per_request(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return v, np.arange(v.size)
+
+
+def _since_start(col: str) -> MetricFn:
+    def fn(cols: Columns, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return _per_request((cols.t(col) - start) / NS_PER_MS)
+
+    return fn
+
+
+def _queue(cols: Columns, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return _per_request((cols.t("sent_ns") - cols.t("intended_ns")) / NS_PER_MS)
+
+
+def _itl_pooled(cols: Columns, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    owner = np.repeat(np.arange(cols.n), cols.token_counts())
+    if owner.size < 2:
+        return np.empty(0), np.empty(0, dtype=np.int64)
+    same = owner[1:] == owner[:-1]  # a gap between two requests' tokens is not a gap
+    gaps = np.diff(cols.token_times)[same] / NS_PER_MS
+    return gaps, owner[:-1][same]
+
+
+def _itl_request_mean(cols: Columns, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    # The mean of consecutive gaps telescopes to (last arrival - first arrival) / (arrivals - 1).
+    k = cols.token_counts()
+    out = np.full(cols.n, np.nan)
+    has = k >= 2
+    if has.any():
+        first = cols.token_times[cols.token_offsets[:-1][has]]
+        last = cols.token_times[cols.token_offsets[1:][has] - 1]
+        out[has] = (last - first) / (k[has] - 1) / NS_PER_MS
+    return _per_request(out)
+
+
+def output_tokens(cols: Columns) -> np.ndarray:
+    """Completion tokens per request: the server's usage, else the client's count of token chunks."""
+    usage = cols.c("usage_completion_tokens")
+    return np.where(np.isnan(usage), cols.c("est_completion_tokens"), usage)
+
+
+def _tpot(cols: Columns, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    toks = output_tokens(cols)
+    span = cols.t("last_token_ns") - cols.t("first_token_ns")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(toks >= 2, span / (toks - 1), np.nan) / NS_PER_MS
+    return _per_request(out)
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric("ttft_ms", "ms", "Time to first token: latency start to the first chunk carrying content or "
+           "reasoning.", _since_start("first_token_ns")),
+    Metric("ttft_content_ms", "ms", "Time to first visible content token (after any reasoning).",
+           _since_start("first_content_ns")),
+    Metric("itl_ms", "ms", "Inter-token latency: every gap between consecutive token-carrying chunks, pooled "
+           "over all requests.", _itl_pooled, per_request=False),
+    Metric("itl_request_ms", "ms", "Per-request mean inter-token latency: the mean of one request's gaps.",
+           _itl_request_mean),
+    Metric("tpot_ms", "ms", "Time per output token after the first: (last token - first token) / "
+           "(completion tokens - 1), tokens from usage.", _tpot),
+    Metric("e2e_ms", "ms", "End-to-end latency: latency start to the end of the response.",
+           _since_start("end_ns")),
+    Metric("ttlt_ms", "ms", "Time to last token: latency start to the last token-carrying chunk.",
+           _since_start("last_token_ns")),
+    Metric("queue_ms", "ms", "Client queueing of successful requests: actual send - intended send.", _queue),
+    Metric("lag_ms", "ms", "Schedule lag: actual send - intended send over every measured request sent (any "
+           "status); in an open loop, how far the client fell behind its schedule.", _queue, scope="sent"),
+)
+METRICS_BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
+UNITS: dict[str, str] = {m.name: m.unit for m in METRICS}
+
+
+def metric_values(cols: Columns, mode: LoadMode) -> dict[str, np.ndarray]:
+    """Every metric's in-scope finite values, by name."""
+    start = latency_start(cols, mode)
+    return {m.name: m.values(cols, start) for m in METRICS}
+
+
+def per_request(cols: Columns, mode: LoadMode, name: str) -> np.ndarray:
+    """One per-request metric for every request (length ``n``, NaN where undefined), before scoping."""
+    m = METRICS_BY_NAME[name]
+    if not m.per_request:
+        raise ValueError(f"{name} is pooled (many values per request), not per request")
+    return m.fn(cols, latency_start(cols, mode))[0]

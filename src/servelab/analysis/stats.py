@@ -1,0 +1,138 @@
+"""Percentile summaries and bootstrap confidence intervals (numpy, seeded, bounded).
+
+Percentiles use numpy's default (linear interpolation between closest ranks, "type 7"), the same as
+vLLM's benchmark and most tools, so figures compare like for like.
+
+Bootstrap: the percentile bootstrap over ``resamples`` resamples (default 1000), drawn in chunks so
+memory stays bounded. Samples larger than ``max_n`` use the m-out-of-n bootstrap: resamples of size
+``m = max_n`` are drawn from the whole sample and their spread around the full-sample estimate is scaled
+by ``sqrt(m / n)`` (the spread of a quantile shrinks as ``1 / sqrt(n)``), so a million-request run costs
+the same as a ``max_n`` one and its interval is not artificially wide.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+DEFAULT_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 95.0, 99.0)
+CI_PERCENTILES: tuple[float, ...] = (50.0, 95.0, 99.0)
+DEFAULT_RESAMPLES = 1000
+DEFAULT_MAX_N = 5000
+DEFAULT_CONFIDENCE = 0.95
+_CHUNK_ELEMENTS = 1 << 20  # values held per resampling chunk (8 MiB of float64)
+
+
+def pct_key(p: float) -> str:
+    """The summary key of a percentile: 50 -> "p50", 99.9 -> "p99.9"."""
+    return f"p{p:g}"
+
+
+def merge_percentiles(extra: Iterable[float] = ()) -> tuple[float, ...]:
+    """The default percentiles plus any extra configured ones, sorted, without duplicates."""
+    return tuple(sorted({*DEFAULT_PERCENTILES, *(float(p) for p in extra)}))
+
+
+def _clean(values: np.ndarray | Sequence[float]) -> np.ndarray:
+    a = np.asarray(values, dtype=np.float64).ravel()
+    return a[np.isfinite(a)]
+
+
+def percentile_summary(values: np.ndarray | Sequence[float], percentiles: Iterable[float] = ()) -> dict:
+    """``{mean, p50, p90, p95, p99, [extra pXX], max, n}`` over the finite values; ``None`` when empty."""
+    a = _clean(values)
+    pcts = merge_percentiles(percentiles)
+    out: dict = {"mean": None}
+    if a.size == 0:
+        out.update({pct_key(p): None for p in pcts})
+        out.update(max=None, n=0)
+        return out
+    qs = np.percentile(a, pcts)
+    out["mean"] = float(a.mean())
+    out.update({pct_key(p): float(q) for p, q in zip(pcts, qs, strict=True)})
+    out["max"] = float(a.max())
+    out["n"] = int(a.size)
+    return out
+
+
+def _bootstrap_distribution(
+    a: np.ndarray, percentiles: Sequence[float], resamples: int, max_n: int, rng: np.random.Generator
+) -> tuple[np.ndarray, float]:
+    """Bootstrap replicates of each percentile, shape ``(resamples, len(percentiles))``, and the
+    spread scale (``sqrt(m / n)``; 1 when the whole sample is resampled)."""
+    n = a.size
+    m = min(n, max_n)
+    rows = max(1, _CHUNK_ELEMENTS // m)
+    reps = np.empty((resamples, len(percentiles)), dtype=np.float64)
+    done = 0
+    while done < resamples:
+        k = min(rows, resamples - done)
+        idx = rng.integers(0, n, size=(k, m))
+        reps[done:done + k] = np.percentile(a[idx], percentiles, axis=1).T
+        done += k
+    return reps, math.sqrt(m / n)
+
+
+def bootstrap_ci(
+    values: np.ndarray | Sequence[float],
+    percentiles: Sequence[float] = CI_PERCENTILES,
+    *,
+    confidence: float = DEFAULT_CONFIDENCE,
+    resamples: int = DEFAULT_RESAMPLES,
+    max_n: int = DEFAULT_MAX_N,
+    seed: int = 0,
+) -> dict[str, list[float] | None]:
+    """Percentile-bootstrap confidence interval ``[lo, hi]`` of each percentile, keyed ``"p50"`` etc.
+
+    ``None`` for a key when fewer than 2 finite values exist. Same seed and data, same interval.
+    """
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    a = _clean(values)
+    keys = [pct_key(p) for p in percentiles]
+    if a.size < 2 or not percentiles:
+        return {k: None for k in keys}
+    rng = np.random.default_rng(seed)
+    pcts = [float(p) for p in percentiles]
+    reps, scale = _bootstrap_distribution(a, pcts, resamples, max_n, rng)
+    point = np.percentile(a, pcts)
+    alpha = (1 - confidence) / 2
+    lo, hi = np.percentile(reps, [100 * alpha, 100 * (1 - alpha)], axis=0)
+    lo = point + scale * (lo - point)
+    hi = point + scale * (hi - point)
+    return {k: [float(x), float(y)] for k, x, y in zip(keys, lo, hi, strict=True)}
+
+
+def bootstrap_diff_ci(
+    a: np.ndarray | Sequence[float],
+    b: np.ndarray | Sequence[float],
+    percentile: float = 50.0,
+    *,
+    confidence: float = DEFAULT_CONFIDENCE,
+    resamples: int = DEFAULT_RESAMPLES,
+    max_n: int = DEFAULT_MAX_N,
+    seed: int = 0,
+) -> dict[str, float | None]:
+    """Bootstrap CI of ``percentile(b) - percentile(a)`` for two independent samples.
+
+    Returns ``{"diff", "lo", "hi", "rel"}`` where ``rel`` is ``diff / percentile(a)`` (None when that is 0).
+    An interval that excludes 0 means the samples differ at that confidence.
+    """
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    xa, xb = _clean(a), _clean(b)
+    if xa.size < 2 or xb.size < 2:
+        return {"diff": None, "lo": None, "hi": None, "rel": None}
+    rng = np.random.default_rng(seed)
+    pa_, pb_ = float(np.percentile(xa, percentile)), float(np.percentile(xb, percentile))
+    ra, sa = _bootstrap_distribution(xa, [percentile], resamples, max_n, rng)
+    rb, sb = _bootstrap_distribution(xb, [percentile], resamples, max_n, rng)
+    # Rescale each side's spread around its own estimate before differencing (m-out-of-n).
+    da = pa_ + sa * (ra[:, 0] - pa_)
+    db = pb_ + sb * (rb[:, 0] - pb_)
+    alpha = (1 - confidence) / 2
+    lo, hi = np.percentile(db - da, [100 * alpha, 100 * (1 - alpha)])
+    diff = pb_ - pa_
+    return {"diff": diff, "lo": float(lo), "hi": float(hi), "rel": None if pa_ == 0 else diff / pa_}
