@@ -17,9 +17,10 @@ import numpy as np
 import orjson
 
 from servelab.analysis.columns import Columns, as_columns
+from servelab.analysis.metrics import LoadMode, metric_values, output_tokens, scope_mask
 from servelab.analysis.stats import bootstrap_diff_ci
 from servelab.errors import ComparisonError, ConfigError
-from servelab.records.schema import OK
+from servelab.records.schema import CANCELLED
 
 # dimension -> (label, normalised key names searched in manifest["target"] (flattened), in order)
 _TARGET_KEYS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -184,34 +185,21 @@ def check_fair(manifests: Sequence[Mapping[str, Any]], allow_diff: Iterable[str]
 # -- figures from raw samples -------------------------------------------------------------------------
 
 
-def request_samples(data: Any) -> dict[str, np.ndarray]:
-    """Per-request samples (ms) of the successful, non-warmup requests: ttft, itl (per token gap),
-    tpot, e2e; plus ``out_tokens``, ``end_s`` (for throughput) and ``failed`` (0/1 over all non-warmup)."""
+def request_samples(data: Any, mode: LoadMode = "closed") -> dict[str, np.ndarray]:
+    """Samples (ms) of the successful, non-warmup requests from :mod:`servelab.analysis.metrics` (ttft, itl
+    per token gap, tpot, e2e...; latency from the intended send in an open loop), plus ``out_tokens``,
+    ``sent_s``, ``end_s`` (for throughput) and ``failed`` (0/1 over every non-warmup request)."""
     c: Columns = as_columns(data)
     live = ~c.warmup
-    ok = live & (c.status == OK)
-    ns = 1e-6
-    sent, first, last, end = (c.t(k) for k in ("sent_ns", "first_token_ns", "last_token_ns", "end_ns"))
-    comp = c.c("usage_completion_tokens")
-    comp = np.where(np.isnan(comp), c.c("est_completion_tokens"), comp)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(comp > 1, (last - first) / (comp - 1), np.nan)
-    gaps = np.diff(c.token_times)
-    own = np.ones(gaps.size, dtype=bool)
-    bounds = c.token_offsets[1:-1] - 1
-    own[bounds[(bounds >= 0) & (bounds < gaps.size)]] = False  # a gap crossing two requests is no gap
-    req_of_gap = np.searchsorted(c.token_offsets, np.arange(gaps.size), side="right") - 1
-    own &= ok[req_of_gap] if gaps.size else own
-    return {
-        "ttft_ms": ((first - sent) * ns)[ok],
-        "itl_ms": gaps[own] * ns,
-        "tpot_ms": (tpot * ns)[ok],
-        "e2e_ms": ((end - sent) * ns)[ok],
-        "out_tokens": comp[ok],
-        "end_s": end[ok] * 1e-9,
-        "sent_s": sent[ok] * 1e-9,
-        "failed": (~ok[live] & (c.status[live] != "cancelled")).astype(float),
-    }
+    ok = scope_mask(c, "ok")
+    out = metric_values(c, mode)
+    out.update({
+        "out_tokens": output_tokens(c)[ok],
+        "end_s": c.t("end_ns")[ok] * 1e-9,
+        "sent_s": c.t("sent_ns")[ok] * 1e-9,
+        "failed": (~ok[live] & (c.status[live] != CANCELLED)).astype(float),
+    })
+    return out
 
 
 def _rate_buckets(s: Mapping[str, np.ndarray], buckets: int) -> np.ndarray:
