@@ -1,0 +1,163 @@
+"""ModelExchange without sockets: raw HTTP bytes in, record out; timeouts on virtual time."""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+
+from servelab.clock import VirtualClock
+from servelab.records.schema import RequestRecord
+from servelab.transport._exchange import ModelExchange, PlainExchange
+
+MS = 1_000_000
+
+
+class FakeConn:
+    """Stands in for a pooled connection: records how the exchange released it."""
+
+    def __init__(self) -> None:
+        self.exchange = None
+        self.released: list[bool] = []
+
+    def done(self, keep_alive: bool) -> None:
+        self.exchange = None
+        self.released.append(keep_alive)
+
+
+def _chunked(*pieces: bytes) -> bytes:
+    return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
+
+
+def _tok(text: str, finish: str | None = None) -> bytes:
+    obj = {"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": finish}]}
+    return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+
+SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+USAGE = b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}\n\n'
+
+
+def _drive(raw_pieces: list[bytes], *, stream: bool = True, lose: bool = False) -> tuple[RequestRecord, FakeConn]:
+    """Feed pieces at t = 1 ms, 2 ms, ... of virtual time; optionally lose the connection after."""
+    clock = VirtualClock()
+
+    async def main() -> tuple[RequestRecord, FakeConn]:
+        conn = FakeConn()
+        rec = RequestRecord(request_id=1)
+        ex = ModelExchange(rec, clock.now, conn, stream, total_s=60.0)  # type: ignore[arg-type]
+        conn.exchange = ex
+        rec.sent_ns = clock.now()
+        ex.arm(30.0)
+        for piece in raw_pieces:
+            await clock.sleep(0.001)
+            ex.data(piece)
+        if lose:
+            await clock.sleep(0.001)
+            ex.lost(ConnectionResetError("reset"))
+        await asyncio.wait_for(ex.fut, 1000)
+        return rec, conn
+
+    return clock.run(main)
+
+
+def test_sse_split_across_chunk_and_read_boundaries():
+    body = _chunked(_tok("a")[:10], _tok("a")[10:] + _tok("b", "stop")[:5], _tok("b", "stop")[5:] + USAGE,
+                    b"data: [DONE]\n\n")
+    raw = SSE_HEAD + body
+    pieces = [raw[i:i + 37] for i in range(0, len(raw), 37)]
+    rec, conn = _drive(pieces)
+    assert rec.status == "ok", rec.error
+    assert rec.output_text == "ab" and rec.finish_reason == "stop"
+    assert rec.usage_completion_tokens == 2 and rec.est_completion_tokens == 2
+    assert rec.first_byte_ns == 1 * MS and rec.token_times_ns == sorted(rec.token_times_ns)
+    assert conn.released == [True]  # keep-alive: the message ended cleanly
+
+
+def test_close_delimited_stream_ends_at_socket_close():
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+    rec, conn = _drive([head, _tok("x", "length") + USAGE], lose=True)
+    assert rec.status == "ok", rec.error
+    assert rec.end_ns == 3 * MS  # the close that ended the body
+
+
+def test_reset_after_finish_reason_keeps_the_data_but_not_the_socket():
+    rec, conn = _drive([SSE_HEAD, _chunked(_tok("x", "length"), USAGE)[:-5]], lose=True)
+    assert rec.status == "ok" and rec.usage_completion_tokens == 2
+    rec, conn = _drive([SSE_HEAD, _chunked(_tok("x"))[:-5]], lose=True)
+    assert rec.status == "disconnected" and rec.est_completion_tokens == 1
+
+
+def test_error_status_keeps_the_connection_and_the_body():
+    body = b'{"error":{"message":"max_tokens too large"}}'
+    raw = b"HTTP/1.1 400 Bad Request\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    rec, conn = _drive([raw])
+    assert rec.status == "http_error" and rec.http_status == 400 and "max_tokens too large" in rec.error
+    assert conn.released == [True]
+
+
+def test_invalid_http_is_malformed_and_closes():
+    rec, conn = _drive([b"HTTP/1.1 2x0 what\r\n\r\n"])
+    assert rec.status == "malformed" and conn.released == [False]
+
+
+def test_streamed_request_answered_with_json_is_read_whole():
+    body = orjson.dumps({"choices": [{"message": {"content": "hey"}, "finish_reason": "stop"}],
+                         "usage": {"prompt_tokens": 1, "completion_tokens": 1}})
+    raw = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    rec, _ = _drive([raw[:50], raw[50:]])
+    assert rec.status == "ok" and rec.output_text == "hey"
+    assert rec.first_token_ns == rec.end_ns == 2 * MS
+
+
+def test_first_token_timeout_on_virtual_time():
+    clock = VirtualClock()
+
+    async def main() -> RequestRecord:
+        conn = FakeConn()
+        rec = RequestRecord(request_id=1, sent_ns=0)
+        ex = ModelExchange(rec, clock.now, conn, True, total_s=60.0)  # type: ignore[arg-type]
+        conn.exchange = ex
+        ex.arm(2.5)
+        ex.data(SSE_HEAD)  # headers but no token
+        await ex.fut
+        return rec
+
+    rec = clock.run(main)
+    assert rec.status == "timeout" and rec.end_ns == 2_500 * MS and rec.first_byte_ns == 0
+
+
+def test_total_timeout_after_tokens_and_done_without_message_end():
+    clock = VirtualClock()
+
+    async def run(done: bool) -> tuple[RequestRecord, FakeConn]:
+        conn = FakeConn()
+        rec = RequestRecord(request_id=1, sent_ns=0)
+        ex = ModelExchange(rec, clock.now, conn, True, total_s=10.0)  # type: ignore[arg-type]
+        conn.exchange = ex
+        ex.arm(1.0)
+        await clock.sleep(0.5)
+        ex.data(SSE_HEAD + b"%x\r\n%s\r\n" % (len(_tok("a")), _tok("a")))
+        if done:
+            ex.data(b"e\r\ndata: [DONE]\n\n\r\n")  # [DONE] but the terminating chunk never comes
+        await ex.fut
+        return rec, conn
+
+    stalled, conn = clock.run(lambda: run(False))
+    assert stalled.status == "timeout" and "total" in stalled.error and conn.released == [False]
+    finished, conn = clock.run(lambda: run(True))
+    assert finished.status == "ok" and finished.end_ns - finished.first_token_ns == 0
+    assert conn.released == [False]
+
+
+def test_plain_exchange_reads_headers_and_body():
+    async def main() -> PlainExchange:
+        conn = FakeConn()
+        ex = PlainExchange(conn)  # type: ignore[arg-type]
+        conn.exchange = ex
+        ex.data(b"HTTP/1.1 200 OK\r\nServer: llama.cpp\r\nContent-Length: 2\r\n\r\n{}")
+        await ex.fut
+        return ex
+
+    ex = VirtualClock().run(main)
+    assert ex.status == 200 and ex.headers["server"] == "llama.cpp" and ex.body == b"{}"
