@@ -102,7 +102,8 @@ class SimServer:
         self._fault_seq = itertools.count()
         self._unix0 = time.time()  # the protocol's "created" field is a Unix time; measured times use clock
         self._clock0 = clock.now()
-        self._words = {tok.token_id(w): w for w in tok.WORDS}  # for /detokenize of filler text
+        self._words: dict[int, str] = {}  # id -> word, for /detokenize (filler words and words seen)
+        self._learn(" ".join(tok.WORDS), engine.tokenize(" ".join(tok.WORDS)))
 
     # ----------------------------------------------------------------------------------- helpers
     def _created(self) -> int:
@@ -111,9 +112,15 @@ class SimServer:
     def _tokenize(self, text: str) -> list[int]:
         ids = self.engine.tokenize(text)
         if len(self._words) < 200_000:
-            for w in text.split():
-                self._words.setdefault(tok.token_id(w), w)
+            self._learn(text, ids)
         return ids
+
+    def _learn(self, text: str, ids: list[int]) -> None:
+        words = text.split()
+        if len(words) == len(ids):
+            setdefault = self._words.setdefault
+            for t, w in zip(ids, words, strict=True):
+                setdefault(t, w)
 
     @staticmethod
     def _error(message: str, status: int, kind: str, param: str | None = None) -> web.Response:
@@ -204,8 +211,9 @@ class SimServer:
         while True:
             await gen.event.wait()
             gen.event.clear()
+            finished = req.done.done()  # read before the count: every token before "done" is included
             n = gen.n
-            if req.done.done() and req.finish_reason in ("stop", "length"):
+            if finished and req.finish_reason in ("stop", "length"):
                 n = max(n, req.output_tokens)
             if n > emitted:
                 piece = gen.words(emitted, n)
@@ -220,7 +228,7 @@ class SimServer:
                         return
                     text_tail = window[-longest:]
                 yield piece, emitted, None
-            if req.done.done():
+            if finished:
                 yield "", emitted, req.finish_reason or "error"
                 return
 
@@ -457,7 +465,10 @@ def make_engine(spec: str, clock: Clock, seed: int = 0) -> tuple[Any, Any]:
     from servelab.sim.engine import Engine
     from servelab.sim.target import parse_sim_target
 
-    deployment = parse_sim_target(spec)
+    s = spec.strip()
+    if s.lower() != "sim" and not s.lower().startswith("sim:"):
+        s = "sim:" + s  # the CLI's --deployment may omit the prefix
+    deployment = parse_sim_target(s)
     return Engine(deployment, clock, seed=seed), deployment
 
 
