@@ -425,3 +425,44 @@ async def test_fault_decisions_follow_the_seed(serve):
     expected = [HTTP_ERROR if cfg.plan(i).kind == "error" else OK for i in range(16)]
     assert [r.status for r in recs] == expected
     assert OK in expected and HTTP_ERROR in expected
+
+
+# ------------------------------------------------------------------------------ the command line
+
+
+def test_cli_rejects_bad_fault_flags_with_exit_2(capsys):
+    from servelab.cli.main import main
+
+    assert main(["sim", "serve", "--error-rate", "1.5", "--port", "0"]) == 2
+    assert "error_rate" in capsys.readouterr().err
+    assert main(["sim", "serve", "--reset-rate", "0.7", "--truncate-rate", "0.7", "--port", "0"]) == 2
+
+
+async def test_cli_serves_until_terminated(tmp_path):
+    import os
+    import signal
+    import sys
+
+    faults = tmp_path / "faults.yaml"
+    faults.write_text("error_rate: 1.0\nerror_status: [429]\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "servelab.cli.main", "sim", "serve", "--port", "0", "--faults", str(faults),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env)
+    try:
+        line = await asyncio.wait_for(proc.stdout.readline(), TEST_TIMEOUT_S)
+        m = re.search(rb"at (http://127\.0\.0\.1:\d+/v1)", line)
+        assert m, line
+        base = m[1].decode()
+        async with aiohttp.ClientSession() as s:
+            async with s.get(base + "/models") as r:
+                assert r.status == 200
+            async with s.post(base + "/chat/completions", json=_chat("hi", max_tokens=2)) as r:
+                assert r.status == 429  # the fault file was read
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            await asyncio.wait_for(proc.wait(), 10)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
