@@ -19,8 +19,15 @@ from servelab.workload.traces.mooncake import load_mooncake
 from servelab.workload.traces.mtbench import load_mt_bench
 from servelab.workload.traces.prompts import block_text, request_prompt
 from servelab.workload.traces.servelab_parquet import load_servelab
-from servelab.workload.traces.stats import KSResult, interarrival_gaps, ks_interarrival, prefix_reuse, trace_stats
-from servelab.workload.traces.transform import retime, select
+from servelab.workload.traces.stats import (
+    KSResult,
+    interarrival_gaps,
+    ks_interarrival,
+    prefix_reuse,
+    stats_rows,
+    trace_stats,
+)
+from servelab.workload.traces.transform import mean_rate, retime, select
 
 _LOADERS = {
     "azure": load_azure,
@@ -67,9 +74,11 @@ __all__ = [
     "interarrival_gaps",
     "ks_interarrival",
     "load_trace",
+    "mean_rate",
     "prefix_reuse",
     "request_prompt",
     "retime",
     "select",
+    "stats_rows",
     "trace_stats",
 ]

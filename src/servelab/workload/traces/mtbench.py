@@ -15,7 +15,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from servelab.workload.traces.base import Trace, TraceRequest, TraceSession, build_trace, fail, iter_json_lines
+from servelab.workload.traces.base import (
+    Trace,
+    TraceRequest,
+    TraceSession,
+    build_trace,
+    fail,
+    iter_json_lines,
+)
 
 DEFAULT_OUTPUT_TOKENS = 1024
 
