@@ -152,9 +152,10 @@ class RequestMetrics:
         self.success: dict[str, int] = {"stop": 0, "length": 0, "abort": 0}
         self.failed = 0
 
-    def observe(self, req: SimRequest) -> None:
-        """Record one finished request (call once, after ``req.done`` resolved)."""
-        reason = req.finish_reason or "error"
+    def observe(self, req: SimRequest, reason: str | None = None) -> None:
+        """Record one finished request (call once, after ``req.done`` resolved); ``reason`` overrides
+        the engine's finish reason (a front that stopped a request on a stop string says "stop")."""
+        reason = reason or req.finish_reason or "error"
         if reason in ("stop", "length"):
             self.success[reason] += 1
         elif reason == "abort":
@@ -214,11 +215,11 @@ def render_metrics(stats: Mapping[str, Any], req: RequestMetrics, model_name: st
                 "Histogram of time spent in WAITING phase for request.", req.queue)
     p.histogram("vllm:e2e_request_latency_seconds",
                 "Histogram of end to end request latency in seconds.", req.e2e)
-    _render_sim(p, stats)
+    _render_sim(p, stats, req)
     return p.text()
 
 
-def _render_sim(p: PromText, stats: Mapping[str, Any]) -> None:
+def _render_sim(p: PromText, stats: Mapping[str, Any], req: RequestMetrics) -> None:
     p.counter("servelab_sim_steps_total", "Engine steps (forward passes) simulated.",
               _num(stats, "steps", "num_steps"))
     split = stats.get("step_time_s") or stats.get("step_seconds") or {}
@@ -230,5 +231,4 @@ def _render_sim(p: PromText, stats: Mapping[str, Any]) -> None:
             _num(stats, "expert_imbalance", default=1.0))
     p.counter("servelab_sim_all_to_all_bytes_total", "Bytes moved by expert-parallel all-to-all.",
               _num(stats, "all_to_all_bytes", "a2a_bytes"))
-    p.counter("servelab_sim_requests_failed_total", "Requests that ended in an engine error.",
-              _num(stats, "failed", "errors"))
+    p.counter("servelab_sim_requests_failed_total", "Requests that ended in an engine error.", req.failed)

@@ -49,13 +49,14 @@ _FIRST_WORDS = 64  # filler words made up front; more on demand (the filler is p
 class _Gen:
     """One request in flight: the engine's token callbacks wake the handler."""
 
-    __slots__ = ("req", "n", "event", "seed", "_text_words")
+    __slots__ = ("req", "n", "event", "seed", "stopped", "_text_words")
 
     def __init__(self, req: SimRequest, seed: int) -> None:
         self.req = req
         self.n = 0
         self.event = asyncio.Event()
         self.seed = seed
+        self.stopped = False  # ended by a stop string (the engine sees an abort)
         self._text_words: list[str] = []
 
     def on_tokens(self, n_new: int, t_ns: int) -> None:
@@ -161,13 +162,13 @@ class SimServer:
         gen = _Gen(req, seed)
         req.on_tokens = gen.on_tokens
         req.done.add_done_callback(gen.on_done)
-        req.done.add_done_callback(self._observe)
+        req.done.add_done_callback(lambda fut: self._observe(fut, gen))
         self.engine.submit(req)
         return gen
 
-    def _observe(self, fut: asyncio.Future) -> None:
+    def _observe(self, fut: asyncio.Future, gen: _Gen) -> None:
         if not fut.cancelled() and fut.exception() is None:
-            self.metrics.observe(fut.result())
+            self.metrics.observe(gen.req, reason="stop" if gen.stopped else None)
 
     # ----------------------------------------------------------------------------------- routes
     async def completions(self, request: web.Request) -> web.StreamResponse:
@@ -223,6 +224,7 @@ class SimServer:
                     cut = min((i for i in (window.find(s) for s in p.stop) if i >= 0), default=-1)
                     if cut >= 0:
                         kept = window[:cut][len(text_tail):] if cut >= len(text_tail) else ""
+                        gen.stopped = True
                         self._abort(gen)
                         yield kept, emitted, "stop"
                         return
