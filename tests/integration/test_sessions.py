@@ -213,3 +213,32 @@ def test_real_commands_are_run_and_their_exit_status_decides():
     s = clock.run(main)
     assert s.status == "failed" and "exited with status 3" in s.error
     assert s.tool_calls == 3 and s.tool_failures == 2 and s.code_ns > 0 and s.tool_ns > 0
+
+
+def test_a_scripted_session_against_the_simulator_on_virtual_time():
+    sim = pytest.importorskip("servelab.transport.sim", reason="the simulator transport is not built yet")
+    from servelab.sim.target import parse_sim_target
+    from servelab.workload.agent import synth_text_source
+    from servelab.workload.tokens import ServerCounter
+
+    clock = VirtualClock()
+    steps = [ModelTurn("a", 32), act(durations=(3.0,)), ModelTurn("b", 16), Think(2.0), ModelTurn("c", 8, 10)]
+    records: list[RequestRecord] = []
+
+    async def main():
+        tr = sim.SimTransport(parse_sim_target("sim"), clock, 0)
+        try:
+            texts = await synth_text_source(ServerCounter(tr.count_tokens), seed=0)
+            return await run_session(plan(steps), tr, clock, RequestIds(), on_record=records.append, texts=texts)
+        finally:
+            await tr.aclose()
+
+    s = clock.run(main)
+    assert s.status == "ok" and s.turns == 3 and [r.status for r in records] == [OK, OK, OK]
+    assert [r.turn for r in records] == [0, 1, 2]
+    est = [r.est_prompt_tokens for r in records]
+    assert est == [150, 212, 238]  # 150 + 32 out + 30 tool result; + 16 out + 10 user
+    for r in records:  # the simulated server counts (about) the prompt the executor built
+        assert abs(r.usage_prompt_tokens - r.est_prompt_tokens) <= 0.05 * r.est_prompt_tokens + 64
+        assert r.usage_completion_tokens == r.requested_output_tokens
+    assert s.model_ns > 0 and s.tool_ns == 3 * NS_PER_S and took(s) >= 5.0
