@@ -47,7 +47,7 @@ def _raw(data: Any, c: str) -> list[Any]:
     return [getattr(r, c, None) for r in data]
 
 
-def _columns(data: Any, names: Sequence[str]) -> dict[str, np.ndarray]:
+def int_columns(data: Any, names: Sequence[str]) -> dict[str, np.ndarray]:
     """Integer columns as int64 arrays (nulls as 0) with their null masks under ``name + '?'``; plus
     ``status`` and ``warmup``. Accepts a pyarrow Table, a list of dataclass records, or a dict of lists."""
     if not isinstance(data, pa.Table | Mapping):
@@ -91,7 +91,7 @@ def _split(total_ms: np.ndarray, parts: dict[str, np.ndarray], labels: Mapping[s
 def request_attribution(requests: Any, percentile: float = 95.0) -> dict[str, Any]:
     """Split of the tail requests' time against the median requests'; see the module docstring."""
     names = ("intended_ns", "sent_ns", "first_token_ns", "end_ns", *(c for _, _, c in _SRV))
-    c = _columns(requests, names)
+    c = int_columns(requests, names)
     ok = (c["status"] == OK) & ~c["warmup"] & ~c["sent_ns?"] & ~c["end_ns?"] & ~c["first_token_ns?"]
     n = int(ok.sum())
     if n < MIN_REQUESTS:
@@ -134,7 +134,7 @@ def request_attribution(requests: Any, percentile: float = 95.0) -> dict[str, An
 def session_attribution(sessions: Any, percentile: float = 95.0) -> dict[str, Any]:
     """Split of the slowest sessions' wall clock (model turns, tools, retrieval...) against the median."""
     names = ("start_ns", "end_ns", *(k for _, _, k in _SESSION_PARTS))
-    c = _columns(sessions, names)
+    c = int_columns(sessions, names)
     ok = ~c["warmup"] & ~c["end_ns?"] & (c["status"] != "cancelled")
     n = int(ok.sum())
     if n < MIN_REQUESTS:

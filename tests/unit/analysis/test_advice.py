@@ -1,0 +1,89 @@
+import numpy as np
+
+from servelab.analysis.advice import advise, collect_evidence
+from servelab.records.schema import OK, RequestRecord, SessionRecord
+
+MS = 1_000_000
+
+
+def _manifest(nodes=1, rate=None, concurrency=16, kv_tokens=200_000, slo_pct=95, **target):
+    load = {"rate": rate, "arrival": "gamma"} if rate else {"concurrency": concurrency, "think_time_s": 0.0}
+    return {"target": {"engine": "servelab-sim", "deployment": {"nodes": nodes, "gpus_per_node": 8,
+                                                                 "kv_tokens": kv_tokens, **target}},
+            "config": {"load": load, "slo": {"ttft_ms": 500, "percentile": slo_pct}}}
+
+
+def _requests(n=200, out_tokens=100, prompt=1000, preempt_every=0, gaps_ms=None):
+    recs = []
+    t = 10**12
+    for i in range(n):
+        t += int((gaps_ms[i] if gaps_ms is not None else 100) * MS)
+        pre = 50 * MS if preempt_every and i % preempt_every == 0 else 0
+        recs.append(RequestRecord(request_id=i, status=OK, intended_ns=t, sent_ns=t, first_token_ns=t + MS,
+                                  end_ns=t + 2 * MS, usage_prompt_tokens=prompt, usage_completion_tokens=out_tokens,
+                                  srv_queue_ns=0, srv_prefill_ns=MS, srv_decode_ns=MS, srv_preempted_ns=pre))
+    return recs
+
+
+def _sessions(n=30, tool_ms=8000, model_ms=2000, requests=8, tool_calls=6, turns=8):
+    out = []
+    for i in range(n):
+        s = 10**12 + i * 10**11
+        out.append(SessionRecord(session_id=i, status="ok", start_ns=s, end_ns=s + (tool_ms + model_ms) * MS,
+                                 tool_ns=tool_ms * MS, model_ns=model_ms * MS, requests=requests,
+                                 tool_calls=tool_calls, turns=turns))
+    return out
+
+
+def _by_rule(items):
+    return {a["rule"]: a for a in items}
+
+
+def test_interactive_bursty_agent_on_one_node():
+    gaps = np.random.default_rng(0).gamma(0.25, 400, 300)  # gamma shape 0.25: CV 2
+    facts = collect_evidence(_manifest(rate=10), requests=_requests(300, gaps_ms=gaps), sessions=_sessions())
+    assert facts["arrival_cv"]["value"] > 1.3
+    assert facts["fits_one_node"]["value"] is True
+    assert facts["kv_need_ratio"]["value"] < 0.8
+    adv = _by_rule(advise(facts))
+    assert adv["single node"]["verdict"] == "recommended"
+    assert adv["multi-node"]["verdict"] == "not indicated"
+    assert adv["smaller dense model"]["verdict"] == "recommended"
+    ev = {e["fact"]: e for e in adv["smaller dense model"]["evidence"]}
+    assert ev["tool_share"]["value"] == 0.8 and ev["tool_share"]["holds"] is True
+    assert adv["split traffic"]["verdict"] == "not enough evidence"
+
+
+def test_model_that_does_not_fit_requires_multi_node():
+    facts = collect_evidence(_manifest(nodes=2, fits_one_node=False), requests=_requests(out_tokens=1024,
+                                                                                          preempt_every=10))
+    adv = _by_rule(advise(facts))
+    assert adv["multi-node"]["verdict"] == "required"
+    assert adv["single node"]["verdict"] == "not possible"
+    ev = {e["fact"]: e for e in adv["multi-node"]["evidence"]}
+    assert ev["preempted_share"]["value"] == 0.1 and ev["mean_output_tokens"]["holds"] is True
+
+
+def test_kv_pressure_and_long_generations_recommend_multi_node():
+    facts = collect_evidence(_manifest(kv_tokens=20_000, concurrency=64, slo_pct=50),
+                             summary={"telemetry": {"kv_cache_usage": {"max": 0.99}}},
+                             requests=_requests(out_tokens=2000, preempt_every=5))
+    assert facts["kv_need_ratio"]["value"] > 1
+    adv = _by_rule(advise(facts))
+    assert adv["multi-node"]["verdict"] == "recommended"
+    assert adv["single node"]["verdict"] in ("not indicated", "mixed")
+
+
+def test_split_traffic_when_slo_costs_most_of_the_throughput():
+    sweep = {"levels": [1, 2, 4, 8, 16, 32], "throughput": [10, 20, 40, 80, 150, 160], "slo_level": 4}
+    adv = _by_rule(advise(collect_evidence(_manifest(), sweep=sweep)))
+    assert adv["split traffic"]["verdict"] == "recommended"
+    assert adv["split traffic"]["evidence"][0]["value"] == 0.25
+    ok = {"levels": [1, 2, 4], "throughput": [10, 20, 21], "slo_level": 2}
+    assert _by_rule(advise(collect_evidence(_manifest(), sweep=ok)))["split traffic"]["verdict"] == "not indicated"
+
+
+def test_nothing_measured_is_said_so():
+    adv = advise({})
+    assert all(a["verdict"] == "not enough evidence" for a in adv)
+    assert all(e["source"] == "not measured" for a in adv for e in a["evidence"])
