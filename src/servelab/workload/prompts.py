@@ -72,7 +72,8 @@ def _base_words() -> list[str]:
     return list(seen)
 
 
-ANCHOR = "the"  # a following word's cost is count("the " + word) - count("the")
+ANCHOR = "the"  # a following word's cost is (count("the" + " word" * REPEAT) - count("the")) / REPEAT
+REPEAT = 4  # repeating the word averages out counters that round per text (e.g. characters / 4)
 LEAD_WORDS = 64  # prompts start with one of these (fewer words to calibrate as a first word)
 _PROBE_WORDS = (48, 160, 480)
 _CONCURRENCY = 8
@@ -141,10 +142,10 @@ class PromptSynthesizer:
             if self._cal is not None:
                 return self._cal
             leads = self.words[:LEAD_WORDS]
-            texts = [ANCHOR] + [f"{ANCHOR} {w}" for w in self.words] + leads
+            texts = [ANCHOR] + [ANCHOR + f" {w}" * REPEAT for w in self.words] + leads
             counts = await self._count_all(texts)
             anchor, follow, lead = counts[0], counts[1 : 1 + len(self.words)], counts[1 + len(self.words) :]
-            self._set_costs(np.asarray(follow, np.float64) - anchor, np.asarray(lead, np.float64))
+            self._set_costs((np.asarray(follow, np.float64) - anchor) / REPEAT, np.asarray(lead, np.float64))
             rng = np.random.default_rng([self.seed, 0xCA1])
             probes = [self._draw(rng, float(n) * self._mean_cost, lead=True) for n in _PROBE_WORDS]
             measured = await self._count_all([" ".join(self.words[i] for i in p) for p in probes])
