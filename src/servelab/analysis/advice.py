@@ -159,10 +159,10 @@ def collect_evidence(manifest: Mapping[str, Any], summary: Mapping[str, Any] | N
     has_latency_slo = any(slo.get(k) for k in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"))
     if has_latency_slo:
         _fact(facts, "slo_percentile", float(slo.get("percentile") or 99), "", "SLO percentile", "config")
-    tel = (summary or {}).get("telemetry") or {}
-    kv = _get(tel, "kv_cache_usage", "max")
+    tel = (summary or {}).get("server") or {}  # summarize_telemetry's output
+    kv = _get(tel, "gauges", "kv_cache_usage", "max")
     _fact(facts, "kv_usage_max", None if kv is None else float(kv), "", "peak KV-cache usage", "telemetry")
-    pre = tel.get("preemptions_total")
+    pre = _get(tel, "counters", "preemptions_total")
     if pre is not None and "preempted_share" not in facts:
         _fact(facts, "preemptions", float(pre), "", "server preemptions during the run", "telemetry")
     if sweep and sweep.get("slo_level") is not None:

@@ -66,7 +66,7 @@ def test_model_that_does_not_fit_requires_multi_node():
 
 def test_kv_pressure_and_long_generations_recommend_multi_node():
     facts = collect_evidence(_manifest(kv_tokens=20_000, concurrency=64, slo_pct=50),
-                             summary={"telemetry": {"kv_cache_usage": {"max": 0.99}}},
+                             summary={"server": {"gauges": {"kv_cache_usage": {"max": 0.99}}}},
                              requests=_requests(out_tokens=2000, preempt_every=5))
     assert facts["kv_need_ratio"]["value"] > 1
     adv = _by_rule(advise(facts))
