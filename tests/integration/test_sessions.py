@@ -242,3 +242,27 @@ def test_a_scripted_session_against_the_simulator_on_virtual_time():
         assert abs(r.usage_prompt_tokens - r.est_prompt_tokens) <= 0.05 * r.est_prompt_tokens + 64
         assert r.usage_completion_tokens == r.requested_output_tokens
     assert s.model_ns > 0 and s.tool_ns == 3 * NS_PER_S and took(s) >= 5.0
+
+
+@pytest.mark.parametrize("name", ["chat", "coding-agent", "agent-workflow"])
+def test_shipped_profiles_run_end_to_end_on_virtual_time(name):
+    from servelab.workload.agent import build_plan, synth_text_source
+    from servelab.workload.profiles import load_profile
+    from servelab.workload.tokens import EstimateCounter
+
+    spec = load_profile(name).session
+    clock = VirtualClock()
+    records: list[RequestRecord] = []
+
+    async def main():
+        texts = await synth_text_source(EstimateCounter(), seed=0)
+        tr, ids = Scripted(clock, latency_s=0.5), RequestIds()
+        return await asyncio.gather(*(run_session(build_plan(spec, i, 0), tr, clock, ids, on_record=records.append,
+                                                  texts=texts) for i in range(8)))
+
+    out = clock.run(main)
+    assert all(s.status in ("ok", "failed", "timed_out") for s in out)
+    assert sum(s.requests for s in out) == len(records) == len({r.request_id for r in records})
+    for s in out:  # every model request resent a context at least as long as the one before
+        est = [r.usage_prompt_tokens for r in records if r.session_id == s.session_id]
+        assert est == sorted(est) and s.turns >= 1
