@@ -78,10 +78,8 @@ def prefix_reuse(trace: Trace, *, scope: str = "global") -> dict[str, float] | N
         if node is None:
             node = roots[key] = -1 - len(roots)
         left = r.input_tokens
-        for h in ids:
-            if left <= 0:
-                break
-            n = b if left >= b else left
+        for h in ids:  # every id enters the cache, even one past input_tokens (then it holds 0 tokens)
+            n = b if left >= b else (left if left > 0 else 0)
             child = trie.get((node, h))
             if child is None:
                 child = trie[(node, h)] = len(trie)

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from servelab.workload.traces import (
     TraceRequest,
@@ -127,3 +129,12 @@ def test_ks_interarrival() -> None:
 
 def test_interarrival_gaps_sorts() -> None:
     assert interarrival_gaps([3 * S, 0, S]).tolist() == [1.0, 2.0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.integers(0, 3), max_size=6), st.integers(0, 30)), min_size=1, max_size=12))
+def test_prefix_reuse_equals_brute_force_property(rows: list[tuple[list[int], int]]) -> None:
+    reqs = [TraceRequest(i, n, 1, hash_ids=ids, block_tokens=4) for i, (ids, n) in enumerate(rows)]
+    reusable, total = _brute_force_reuse(reqs, 4)
+    got = prefix_reuse(build_trace(reqs, format="jsonl"))
+    assert got["reusable_tokens"] == reusable and got["input_tokens"] == total
