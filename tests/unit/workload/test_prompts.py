@@ -21,10 +21,10 @@ def _bpe_file(tmp_path, *, metaspace: bool) -> str:
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     if metaspace:  # SentencePiece style ("▁word")
         tok.pre_tokenizer = pre_tokenizers.Metaspace()
-        trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "<unk>"])
+        trainer = trainers.BpeTrainer(vocab_size=300, show_progress=False, special_tokens=["<s>", "<unk>"])
     else:  # GPT style byte-level
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<s>", "<unk>"],
+        trainer = trainers.BpeTrainer(vocab_size=400, show_progress=False, special_tokens=["<s>", "<unk>"],
                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator([" ".join(_base_words())] * 2, trainer)
     tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 0)])
