@@ -170,6 +170,7 @@ class PromptSynthesizer:
         self._follow = follow
         self._lead = lead
         self._usable = usable  # indices of words that can follow
+        self._leads = np.flatnonzero(lead >= 0.5)  # indices of words that can start a text
         order = usable[np.argsort(follow[usable], kind="stable")]
         self._by_cost = order
         self._sorted_costs = follow[order]
@@ -187,7 +188,7 @@ class PromptSynthesizer:
         """Word indices spelling ``value``: first digit over the lead words (or all usable words), then
         digits over all usable words; at least three words."""
         usable = self._usable
-        first_base = np.flatnonzero(self._lead >= 0.5) if lead else usable
+        first_base = self._leads if lead else usable
         out = [int(first_base[value % len(first_base)])]
         value //= len(first_base)
         while value or len(out) < 3:
@@ -201,7 +202,7 @@ class PromptSynthesizer:
         idx = list(start or [])
         left = budget - self._cost_of(idx, lead=lead)
         if not idx and left > 0:  # the first word of a text costs its lead cost
-            leads = np.flatnonzero(self._lead >= 0.5)
+            leads = self._leads
             i = int(leads[rng.integers(len(leads))]) if lead else int(self._usable[rng.integers(len(self._usable))])
             idx.append(i)
             left -= self._lead[i] if lead else self._follow[i]
