@@ -70,13 +70,22 @@ class LogHistogram:
         return self
 
     def percentile(self, p: float) -> float | None:
-        """The ``p``-th percentile (0-100), nearest-rank over buckets, clamped to the exact min/max."""
+        """The ``p``-th percentile (0-100), nearest rank over buckets (within ``precision`` of the exact
+        value); the first and last ranks are the exact min and max."""
         if self.n == 0:
             return None
         if not 0 <= p <= 100:
             raise ValueError(f"percentile must be in [0, 100], got {p}")
         rank = max(1, math.ceil(p / 100 * self.n))
+        if rank == 1:
+            return self.min
+        if rank == self.n:
+            return self.max
         i = int(np.searchsorted(np.cumsum(self.counts), rank))
+        if i == 0 and self.min <= self.lo:  # the underflow bucket: its lowest value is the best we know
+            return self.min
+        if i == self.counts.size - 1 and self.max >= self.hi:
+            return self.max
         return min(max(self._value(i), self.min), self.max)
 
     @property

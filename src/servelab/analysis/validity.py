@@ -6,7 +6,8 @@ record counts do not add up (records were lost). Invalid figures are still repor
 
 Hints from the runner come in ``extra`` (all optional):
 
-* ``loop_lag_p99_ms`` (float): p99 lateness of a periodic timer on the client's event loop;
+* ``loop_lag_p99_ms`` (float; ``loop_lag_ms_p99`` is accepted too): p99 lateness of a periodic timer on
+  the client's event loop;
 * ``loop_saturated`` (bool): the runner's own verdict that its loop could not keep up;
 * ``requests_issued`` (int): request attempts the runner started (every one must have a record);
 * ``stopped_by`` (str): why sending stopped (``interrupt`` is reported as a warning).
@@ -46,7 +47,7 @@ def lag_reasons(mode: str, lag_p99_ms: float | None, max_lag_p99_ms: float) -> l
 def runner_reasons(extra: Mapping[str, Any], max_lag_p99_ms: float, records: int) -> list[str]:
     """Hints from the runner: event-loop saturation and records lost."""
     out = []
-    loop_lag = extra.get("loop_lag_p99_ms")
+    loop_lag = extra.get("loop_lag_p99_ms", extra.get("loop_lag_ms_p99"))
     if loop_lag is not None and loop_lag > max_lag_p99_ms:
         out.append(
             f"client event loop saturated: timer lag p99 {loop_lag:.3g} ms exceeds {max_lag_p99_ms:g} ms, so "
