@@ -9,7 +9,10 @@ from servelab.load.runner import RunPlan
 
 def plan_for(cfg: RunConfig, count_hint: int | None = None) -> RunPlan:
     load, lim = cfg.load, cfg.limits
-    max_jobs = lim.requests if lim.requests is not None else count_hint
+    if cfg.is_agent:
+        max_jobs = lim.sessions if lim.sessions is not None else count_hint
+    else:
+        max_jobs = lim.requests if lim.requests is not None else count_hint
     common = dict(
         max_jobs=max_jobs,
         duration_s=lim.duration_s,

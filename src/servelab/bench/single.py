@@ -16,7 +16,7 @@ def single_turn_job(cfg: RunConfig, plans: object, transport: Transport, sink: R
     target = cfg.target
 
     async def job(index: int, intended_ns: int, warmup: bool) -> None:
-        p = plans.get(index)  # type: ignore[attr-defined]
+        p = plans.plan(index)  # type: ignore[attr-defined]
         req = ModelRequest(
             request_id=index,
             api=target.api,
@@ -37,6 +37,7 @@ def single_turn_job(cfg: RunConfig, plans: object, transport: Transport, sink: R
             sink.request(RequestRecord(request_id=index, warmup=warmup, status=CANCELLED, intended_ns=intended_ns,
                                        est_prompt_tokens=p.est_prompt_tokens, requested_output_tokens=p.max_tokens))
             raise
+        rec.output_text = ""  # single-turn runs never read the text again: do not hold it for the run
         sink.request(rec)
 
     return job

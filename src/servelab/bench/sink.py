@@ -17,7 +17,6 @@ class RecordSink:
 
     def request(self, r: RequestRecord) -> None:
         self.journal.write_request(r)
-        r.output_text = ""  # kept by the session that needs it; not held for the whole run
         self.requests.append(r)
         if self._on_request is not None:
             self._on_request(r)

@@ -32,6 +32,9 @@ FLAG_PATHS: dict[str, str] = {
     "slo_itl_ms": "slo.itl_ms",
     "slo_tpot_ms": "slo.tpot_ms",
     "slo_e2e_ms": "slo.e2e_ms",
+    "sessions": "load.concurrency",
+    "session_rate": "load.rate",
+    "max_sessions": "limits.sessions",
     "seed": "seed",
     "out": "out",
     "name": "name",
@@ -56,10 +59,17 @@ def config_data(config_file: str | None, flags: dict[str, Any]) -> dict[str, Any
     load = data.get("load") if isinstance(data.get("load"), dict) else None
     if load is not None:
         # Open and closed loop exclude each other: a flag for one replaces the file's other.
-        if flags.get("rate") is not None:
+        if flags.get("rate") is not None or flags.get("session_rate") is not None:
             load.pop("concurrency", None)
-        if flags.get("concurrency") is not None:
+        if flags.get("concurrency") is not None or flags.get("sessions") is not None:
             load.pop("rate", None)
+    if flags.get("profile") is not None:
+        data["workload"] = {"kind": "agent", "profile": flags["profile"]}
+    elif flags.get("sessions") is not None or flags.get("session_rate") is not None:
+        workload = data.get("workload")
+        if not (isinstance(workload, dict) and workload.get("kind") == "agent"):
+            raise ConfigError("--sessions/--session-rate need an agent workload",
+                              hint="add --profile NAME (see `servelab profiles`) or a workload of kind agent")
     overrides = {path: flags.get(name) for name, path in FLAG_PATHS.items()}
     headers = parse_headers(flags.get("header"))
     if headers:

@@ -41,6 +41,7 @@ def run(
     profile: Annotated[str | None, typer.Option(help="Agent/workload profile (see `servelab profiles`).")] = None,
     sessions: Annotated[int | None, typer.Option(help="Closed loop: concurrent sessions of the profile.")] = None,
     session_rate: Annotated[float | None, typer.Option(help="Open loop: new sessions per second.")] = None,
+    max_sessions: Annotated[int | None, typer.Option(help="Agent runs: sessions to start in all.")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed: same seed, same requests.")] = None,
     out: Annotated[str | None, typer.Option(help="Directory in which the run directory is created.")] = None,
     name: Annotated[str | None, typer.Option(help="Run name (part of the directory name).")] = None,
@@ -53,11 +54,6 @@ def run(
     from servelab.cli.present import finish_run
 
     flags = dict(locals())
-    if profile is not None or sessions is not None or session_rate is not None:
-        from servelab.cli.sessions import build_session_config
-
-        cfg = build_session_config(config, flags)
-    else:
-        cfg = build_run_config(config, flags)
+    cfg = build_run_config(config, flags)
     result = execute(cfg, argv=["servelab", *sys.argv[1:]], progress=not json_out, report=report)
     finish_run(result, json_out=json_out)

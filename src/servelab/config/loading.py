@@ -59,7 +59,7 @@ def _deep_copy(d: Any) -> Any:
 def format_validation_error(err: ValidationError, source: str = "config") -> str:
     lines = [f"invalid {source}: {err.error_count()} problem(s)"]
     for e in err.errors(include_url=False):
-        loc = ".".join(str(x) for x in e["loc"] if not _is_union_tag(x))
+        loc = _path(e["loc"])
         given = e.get("input")
         kind = e["type"]
         if kind == "extra_forbidden":
@@ -73,8 +73,24 @@ def format_validation_error(err: ValidationError, source: str = "config") -> str
     return "\n".join(lines)
 
 
-def _is_union_tag(x: object) -> bool:
-    return isinstance(x, str) and x in {"fixed", "uniform", "normal", "lognormal", "exponential", "empirical"}
+# Pydantic puts the chosen variant's tag into an error's location (workload.agent.profile); users wrote
+# no such key, so tags are dropped when they follow a field that holds a union (or a list item).
+_TAGS = {"fixed", "uniform", "normal", "lognormal", "exponential", "empirical", "requests", "agent", "model",
+         "tool", "retrieval", "code", "think", "repeat", "gpu_hour", "tokens"}
+_UNION_FIELDS = {"workload", "input_tokens", "output_tokens", "user_tokens", "duration_s", "result_tokens",
+                 "count", "error_tokens", "model"}
+
+
+def _path(loc: tuple[object, ...]) -> str:
+    parts: list[str] = []
+    prev: object = None
+    for x in loc:
+        if isinstance(x, str) and x in _TAGS and (isinstance(prev, int) or prev in _UNION_FIELDS):
+            prev = None
+            continue
+        parts.append(str(x))
+        prev = x
+    return ".".join(parts)
 
 
 def validate(model: type[M], data: dict[str, Any], source: str = "config") -> M:

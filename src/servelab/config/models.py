@@ -5,10 +5,11 @@ Every field carries a description; ``servelab run`` flags override file values, 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
+from servelab.config.agent import AgentWorkloadConfig, CostConfig
 from servelab.config.base import Strict
 from servelab.config.distributions import Distribution, Fixed, as_distribution
 
@@ -127,6 +128,9 @@ class LoadConfig(Strict):
 
 class LimitsConfig(Strict):
     requests: int | None = Field(default=None, ge=1, description="Stop after this many requests were sent.")
+    sessions: int | None = Field(
+        default=None, ge=1, description="Agent workloads: stop after this many sessions were started."
+    )
     duration_s: float | None = Field(default=None, gt=0, description="Stop sending after this many seconds.")
     warmup_requests: int = Field(default=0, ge=0, description="First N requests excluded from figures.")
     warmup_s: float = Field(default=0.0, ge=0, description="Requests sent in the first S seconds excluded.")
@@ -169,9 +173,25 @@ class TelemetryConfig(Strict):
     nvml: bool = Field(default=True, description="Sample local NVIDIA GPUs through NVML when available.")
 
 
+def _workload_kind(v: Any) -> str:
+    if isinstance(v, dict):
+        return str(v.get("kind", "requests"))
+    return str(getattr(v, "kind", "requests"))
+
+
+AnyWorkload = Annotated[
+    Annotated[WorkloadConfig, Tag("requests")] | Annotated[AgentWorkloadConfig, Tag("agent")],
+    Discriminator(_workload_kind),
+]
+
+
 class RunConfig(Strict):
     target: TargetConfig = Field(default_factory=TargetConfig, description="Where requests go.")
-    workload: WorkloadConfig = Field(default_factory=WorkloadConfig, description="What requests look like.")
+    workload: AnyWorkload = Field(
+        default_factory=WorkloadConfig,
+        description="What is sent: single-turn requests (kind: requests) or agent sessions (kind: agent).",
+    )
+    cost: CostConfig | None = Field(default=None, description="Prices for cost per successful task.")
     load: LoadConfig = Field(default_factory=LoadConfig, description="When requests are sent.")
     limits: LimitsConfig = Field(default_factory=LimitsConfig, description="When the run stops.")
     slo: SLOConfig = Field(default_factory=SLOConfig, description="Service-level objectives for goodput.")
@@ -191,9 +211,19 @@ class RunConfig(Strict):
                 raise ValueError(f"percentile {p} is outside (0, 100]")
         return v
 
+    @property
+    def is_agent(self) -> bool:
+        return self.workload.kind == "agent"
+
     @model_validator(mode="after")
     def _bounded(self) -> RunConfig:
-        if self.limits.requests is None and self.limits.duration_s is None:
-            # A run must stop by itself: default to a modest request count.
-            object.__setattr__(self, "limits", self.limits.model_copy(update={"requests": 200}))
+        lim = self.limits
+        if lim.duration_s is not None:
+            return self
+        # A run must stop by itself: default to a modest count of requests or sessions.
+        if self.is_agent and lim.sessions is None:
+            n = max(16, 2 * (self.load.concurrency or 8))
+            object.__setattr__(self, "limits", lim.model_copy(update={"sessions": n}))
+        elif not self.is_agent and lim.requests is None:
+            object.__setattr__(self, "limits", lim.model_copy(update={"requests": 200}))
         return self

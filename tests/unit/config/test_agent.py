@@ -40,10 +40,10 @@ def test_steps_are_chosen_by_kind_and_nest_in_repeat():
 
 
 @pytest.mark.parametrize("bad, where", [
-    ({"steps": [{"kind": "model", "outptu_tokens": 5}]}, "steps.0.model.outptu_tokens"),
+    ({"steps": [{"kind": "model", "outptu_tokens": 5}]}, "steps.0.outptu_tokens"),
     ({"steps": [{"kind": "walk"}]}, "steps.0"),
-    ({"steps": [{"kind": "model", "output_tokens": 0}]}, "steps.0.model.output_tokens"),
-    ({"steps": [{"kind": "tool", "failure_prob": 1.5}, {"kind": "model"}]}, "steps.0.tool.failure_prob"),
+    ({"steps": [{"kind": "model", "output_tokens": 0}]}, "steps.0.output_tokens"),
+    ({"steps": [{"kind": "tool", "failure_prob": 1.5}, {"kind": "model"}]}, "steps.0.failure_prob"),
     ({"steps": [{"kind": "model"}], "policy": {"retry": {"max_retries": -1}}}, "policy.retry.max_retries"),
 ])
 def test_bad_keys_and_values_name_their_path(bad, where):

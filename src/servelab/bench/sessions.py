@@ -1,0 +1,53 @@
+"""Agent sessions as runner jobs: each job runs one session (one task) from a profile or inline spec."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from servelab.analysis.agents import agent_summary
+from servelab.analysis.cost import cost_summary
+from servelab.bench.sink import RecordSink
+from servelab.bench.workloads import Work
+from servelab.clock import NS_PER_S, Clock
+from servelab.config.agent import SessionConfig
+from servelab.config.models import RunConfig
+from servelab.load.runner import RunOutcome
+from servelab.load.session import RequestIds, run_session
+from servelab.transport.base import Transport
+from servelab.workload.agent import build_plan, synth_text_source
+from servelab.workload.profiles import load_profile
+from servelab.workload.tokens import resolve_counter
+
+
+def session_spec(cfg: RunConfig) -> tuple[SessionConfig, str]:
+    w = cfg.workload
+    if w.profile is not None:  # type: ignore[union-attr]
+        prof = load_profile(w.profile)  # type: ignore[union-attr]
+        return prof.session, prof.name
+    assert w.session is not None  # type: ignore[union-attr]
+    return w.session, w.session.name  # type: ignore[union-attr]
+
+
+async def sessions_work(cfg: RunConfig, transport: Transport, clock: Clock, sink: RecordSink) -> Work:
+    spec, name = session_spec(cfg)
+    counter = await resolve_counter(transport.count_tokens, cfg.target.tokenizer)
+    texts = await synth_text_source(counter, cfg.seed)
+    ids = RequestIds()
+    target = cfg.target
+
+    async def job(index: int, intended_ns: int, warmup: bool) -> None:
+        plan = build_plan(spec, index, cfg.seed)
+        await run_session(plan, transport, clock, ids, on_record=sink.request, texts=texts, on_session=sink.session,
+                          intended_ns=intended_ns, warmup=warmup, api=target.api, stream=target.stream,
+                          extra_body=dict(target.extra_body))
+
+    def summarize(s: RecordSink, outcome: RunOutcome) -> dict[str, Any]:
+        measured = [x for x in s.sessions if not x.warmup]
+        duration_s = (outcome.ended_ns - outcome.started_ns) / NS_PER_S
+        out: dict[str, Any] = {"profile": name}
+        out.update(agent_summary(measured, duration_s=duration_s, percentiles=cfg.percentiles))
+        if cfg.cost is not None:
+            out["cost"] = cost_summary(cfg.cost, measured, duration_s=duration_s)
+        return out
+
+    return Work(job, summarize=summarize, facts={"profile": name, "token_source": counter.source})
