@@ -227,7 +227,7 @@ def _plan_memory(d: Deployment) -> Memory:
     m, hw = d.model, d.hardware
     per_gpu, total = weight_bytes(d)
     usable = hw.hbm_gb * GB * d.gpu_memory_utilization
-    acts = RUNTIME_RESERVE_BYTES + d.max_num_batched_tokens * m.hidden * 2 * 12 / d.attn_tp \
+    acts = RUNTIME_RESERVE_BYTES + d.max_num_batched_tokens * m.hidden * 2 * 12 / d.tp \
         + d.max_num_seqs * m.vocab * 4 / d.attn_tp
     kvb = DTYPE_BYTES[d.kv_dtype]
     stage_layers = m.layers / d.pp

@@ -1,0 +1,263 @@
+"""Step-time cost model: how long one engine step takes on a deployment.
+
+Per layer and per GPU, each part is a roofline ``max(FLOPs / (peak * eff), bytes / (bw * mem_eff))``:
+attention projections and core (MLA / GQA / MHA; decode reads the KV cache, prefill is causal over its
+context), dense FFN or MoE (only the experts touched are read: the expected number of distinct experts hit by
+``tokens * top_k`` draws under a Zipf popularity ``expert_skew``). Communication adds tensor-parallel
+all-reduces and expert-parallel all-to-all (dispatch FP8, combine BF16; across nodes a token is sent once per
+remote node) as latency + bytes / link bandwidth; ``overlap`` (two micro-batches) hides communication behind
+compute at the price of reading the weights twice. Expert imbalance (max over GPUs / mean) scales the MoE
+compute unless ``eplb``. Pipeline stages run ``min(pp, seqs)`` micro-batches with a GPipe bubble. Fixed
+per-step and per-layer overheads and the efficiency constants come from the hardware family.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from servelab.sim.catalog import DTYPE_BYTES
+from servelab.sim.deployment import Deployment
+
+ACT_BYTES = 2.0  # activations travel in BF16
+DISPATCH_BYTES = 1.0  # DeepEP-style FP8 dispatch
+COMBINE_BYTES = 2.0  # BF16 combine
+
+
+@dataclass(frozen=True, slots=True)
+class StepCost:
+    time_s: float
+    compute_s: float  # part of the time bound by arithmetic
+    memory_s: float  # part bound by HBM traffic (weights, KV cache)
+    comm_s: float  # communication not hidden behind compute
+    imbalance: float  # expert load, max GPU over mean (1.0 = balanced or dense)
+    a2a_bytes: float  # all-to-all bytes sent by all GPUs this step
+
+
+class CostModel:
+    """Step times for one deployment; results are memoized on quantized batch shapes."""
+
+    def __init__(self, dep: Deployment) -> None:
+        self.dep = d = dep
+        m, hw, fam = d.model, d.hardware, d.family
+        self.m = m
+        self.peak_w = hw.tflops(d.dtype) * 1e12
+        self.peak_e = hw.tflops(d.expert_dtype) * 1e12
+        self.peak_a = hw.bf16_tflops * 1e12
+        self.bw = hw.hbm_tbps * 1e12 * fam.mem_eff
+        self.ce, self.dce = fam.compute_eff, fam.decode_compute_eff
+        self.wb, self.eb, self.kvb = DTYPE_BYTES[d.dtype], DTYPE_BYTES[d.expert_dtype], DTYPE_BYTES[d.kv_dtype]
+        self.step_oh = fam.step_overhead_us * 1e-6
+        self.layer_oh = fam.layer_overhead_us * 1e-6
+        # Links: scale-up (inside the domain) and scale-out, per direction, derated by comm_eff.
+        self.up_bw = hw.scaleup_gbps / 2 * 1e9 * fam.comm_eff
+        if hw.scaleup_topology.startswith("torus"):
+            dims = 2 if hw.scaleup_topology == "torus2d" else 3
+            self.up_bw /= max(1.0, (max(d.tp, 2) ** (1 / dims)) / 4)  # average hops of uniform traffic
+        self.out_bw = (hw.scaleout_gbps or 3.125) * 1e9 * fam.comm_eff
+        self.up_lat, self.out_lat = hw.scaleup_latency_us * 1e-6, hw.scaleout_latency_us * 1e-6
+        domain_gpus = min(hw.domain_size, d.world) if hw.domain_size >= d.gpus_per_node else d.gpus_per_node
+        self.domain = max(d.gpus_per_node, domain_gpus)
+        self.tp_cross = d.tp > self.domain  # the tp group leaves the scale-up domain
+        # KV values per token per layer as read by one GPU (per attention rank).
+        if m.attention["kind"] == "mla":
+            self.kv_vals = m.kv_values_per_token_layer
+            a = m.attention
+            self.prefill_core = a["qk_nope_head_dim"] + a["qk_rope_head_dim"] + a["v_head_dim"]
+        else:
+            kvh = m.attention.get("kv_heads", m.heads)
+            self.kv_vals = 2 * max(1, kvh // d.attn_tp) * m.attention["head_dim"]
+            self.prefill_core = m.attn_core_dim
+        self.stage_layers = m.layers / d.pp
+        self.frac_sliding = m.n_sliding_layers / m.layers
+        self.frac_moe = m.n_moe_layers / m.layers
+        if m.is_moe:
+            e = np.arange(1, m.n_experts + 1, dtype=np.float64) ** -d.expert_skew
+            self.pop = e / e.sum()
+            shares = self.pop.reshape(d.ep, -1).sum(axis=1) if d.ep > 1 else np.ones(1)
+            self.static_imb = 1.0 if (d.eplb or d.expert_skew == 0) else float(shares.max() * d.ep)
+        self._memo: dict[tuple[int, ...], StepCost] = {}
+
+    # ------------------------------------------------------------------ helpers
+    def _eff(self, rows: float) -> float:
+        """GEMM efficiency for ``rows`` tokens per weight matrix: decode-like below 64, prefill-like at 2048+."""
+        if rows <= 64:
+            return self.dce
+        return self.dce + (self.ce - self.dce) * min(1.0, math.log2(rows / 64) / 5)
+
+    def _roof(self, flops: float, peak: float, eff: float, nbytes: float) -> tuple[float, float]:
+        tc, tm = flops / (peak * eff), nbytes / self.bw
+        return (tc, 0.0) if tc >= tm else (0.0, tm)
+
+    def _touched(self, n: float) -> float:
+        """Expected distinct experts hit by ``n`` routed token-expert assignments."""
+        return float(np.sum(1.0 - np.power(1.0 - self.pop, n)))
+
+    def _allreduce(self, nbytes: float, n: int) -> float:
+        if n <= 1:
+            return 0.0
+        bw, lat = (self.out_bw, self.out_lat) if self.tp_cross else (self.up_bw, self.up_lat)
+        return 2 * lat + 2 * (n - 1) / n * nbytes / bw
+
+    # ------------------------------------------------------------------ one layer, one micro-batch
+    def _layer(self, tok: float, ctx_dec: float, n_dec: float, p_tok: float, p_pairs: float, p_ctx: float,
+               moe: bool, sliding: bool) -> tuple[float, float, float, float, float]:
+        """(compute_s, memory_s, comm_s, imbalance, a2a_bytes) of one layer for ``tok`` tokens (whole group)."""
+        d, m = self.dep, self.m
+        tp, attn_tp, attn_dp = d.tp, d.attn_tp, d.attn_dp
+        rows = tok / attn_dp
+        c = mem = 0.0
+        # Attention: projections.
+        tc, tm = self._roof(2 * m.attn_params * tok / tp, self.peak_w, self._eff(rows),
+                            m.attn_params * self.wb / attn_tp)
+        c += tc
+        mem += tm
+        # Attention core: decode over the cache, prefill causal over its context.
+        win = m.sliding_window if sliding else 0
+        if win and n_dec:
+            ctx_dec = min(ctx_dec, n_dec * win)
+        if win and p_tok:
+            p_pairs, p_ctx = min(p_pairs, p_tok * win), min(p_ctx, p_tok + win)
+        q = d.spec_tokens + 1
+        flops = 2 * m.heads * (m.attn_core_dim * ctx_dec * q + self.prefill_core * p_pairs) / tp
+        kv_bytes = (ctx_dec + p_ctx) * self.kv_vals * self.kvb / attn_dp
+        tc, tm = self._roof(flops, self.peak_a, self.dce if p_tok == 0 else self.ce, kv_bytes)
+        c += tc
+        mem += tm
+        comm = self._allreduce(tok * m.hidden * ACT_BYTES, attn_tp)
+        imb, a2a = 1.0, 0.0
+        if not moe:
+            tc, tm = self._roof(2 * m.dense_ffn_params * tok / tp, self.peak_w, self._eff(tok / tp * attn_tp),
+                                m.dense_ffn_params * self.wb / tp)
+            c += tc
+            mem += tm
+            comm += self._allreduce(tok * m.hidden * ACT_BYTES, tp)
+            return c, mem, comm, imb, a2a
+        # MoE: shared experts and router like the projections; routed experts by touched count and load.
+        other = m.shared_params + m.router_params
+        tc, tm = self._roof(2 * other * tok / tp, self.peak_w, self._eff(rows), other * self.wb / attn_tp)
+        c += tc
+        mem += tm
+        n = tok * m.top_k
+        touched = self._touched(n)
+        ep = d.ep
+        if ep > 1 and d.expert_skew > 0:
+            imb = self.static_imb * (1 + math.sqrt(2 * math.log(ep) / max(n / ep, 1.0)))
+        per_gpu_experts = min(m.n_experts / ep, touched / ep * self.static_imb)
+        rows_e = n / max(touched, 1.0)
+        tc, tm = self._roof(2 * m.expert_params * n / tp * imb, self.peak_e, self._eff(rows_e),
+                            per_gpu_experts * m.expert_params * self.eb / d.moe_tp)
+        c += tc
+        mem += tm
+        if ep > 1:
+            t_a2a, a2a = self._all_to_all(tok)
+            comm += t_a2a
+        if d.moe_tp > 1 or (attn_tp == 1 and ep == 1 and tp > 1):
+            comm += self._allreduce(tok * m.hidden * ACT_BYTES, d.moe_tp if attn_tp > 1 else tp)
+        return c, mem, comm, imb, a2a
+
+    def _all_to_all(self, tok: float) -> tuple[float, float]:
+        """(seconds, total bytes) of one MoE layer's dispatch + combine across ``ep`` GPUs."""
+        d, m = self.dep, self.m
+        ep, k = d.ep, m.top_k
+        per_gpu_tok = tok / d.tp
+        unit = m.hidden * (DISPATCH_BYTES + COMBINE_BYTES)
+        local = min(ep, self.domain)
+        intra = per_gpu_tok * k * unit * (local - 1) / ep
+        groups = ep / local
+        inter = 0.0
+        if groups > 1:  # a token crosses to each distinct remote domain once, then fans out inside
+            distinct = groups * (1 - (1 - 1 / groups) ** k)
+            inter = per_gpu_tok * unit * distinct * (groups - 1) / groups
+        t = 2 * self.up_lat + intra / self.up_bw
+        if inter:
+            t = max(t, 2 * self.out_lat + inter / self.out_bw)
+        return t, (intra + inter) * d.tp
+
+    # ------------------------------------------------------------------ one step
+    def step(self, n_dec: int, ctx_dec: int, p_tok: int = 0, p_pairs: int = 0, p_ctx: int = 0) -> StepCost:
+        """Cost of a step with ``n_dec`` decoding sequences (sum of contexts ``ctx_dec``) and prefill chunks
+        totalling ``p_tok`` tokens, ``p_pairs`` causal attention pairs and ``p_ctx`` context tokens read."""
+        key = (n_dec, _q(ctx_dec), _q(p_tok), _q(p_pairs), _q(p_ctx))
+        hit = self._memo.get(key)
+        if hit is not None:
+            return hit
+        if len(self._memo) > 200_000:
+            self._memo.clear()
+        cost = self._compute(n_dec, _dq(key[1]), _dq(key[2]), _dq(key[3]), _dq(key[4]))
+        self._memo[key] = cost
+        return cost
+
+    def _compute(self, n_dec: int, ctx_dec: float, p_tok: float, p_pairs: float, p_ctx: float) -> StepCost:
+        d, m = self.dep, self.m
+        q = d.spec_tokens + 1
+        tok = n_dec * q + p_tok
+        if tok <= 0:
+            return StepCost(self.step_oh, 0.0, 0.0, 0.0, 1.0, 0.0)
+        seqs = n_dec + (1 if p_tok else 0)
+        mb = max(1, min(d.pp, seqs))  # pipeline micro-batches
+        f = 1.0 / mb
+        args = (tok * f, ctx_dec * f, n_dec * f, p_tok * f, p_pairs * f, p_ctx * f)
+        kinds = [(False, False, 1 - self.frac_moe)]
+        if self.frac_moe:
+            kinds = [(False, False, 1 - self.frac_moe), (True, False, self.frac_moe)]
+        if self.frac_sliding:
+            kinds = [(mo, s, w * (self.frac_sliding if s else 1 - self.frac_sliding))
+                     for mo, _, w in kinds for s in (False, True)]
+        c = mem = comm = a2a = 0.0
+        imb = 1.0
+        layer_time = 0.0
+        for moe, sliding, w in kinds:
+            if w <= 0:
+                continue
+            n_layers = self.stage_layers * w
+            if d.overlap and tok >= 2:
+                hc, hm, hcomm, limb, la2a = self._layer(*(a / 2 for a in args), moe=moe, sliding=sliding)
+                work = 2 * (hc + hm)
+                t = max(work, 2 * hcomm)
+                lc, lm, lcomm = 2 * hc, 2 * hm, max(0.0, 2 * hcomm - work)
+                la2a *= 2
+            else:
+                lc, lm, lcomm, limb, la2a = self._layer(*args, moe=moe, sliding=sliding)
+                t = lc + lm + lcomm
+            layer_time += n_layers * (t + self.layer_oh)
+            c += n_layers * lc
+            mem += n_layers * lm
+            comm += n_layers * lcomm
+            a2a += n_layers * la2a * d.pp * mb
+            imb = max(imb, limb)
+        # LM head for the sampled positions (decode tokens and the last token of each prefill chunk).
+        logits = n_dec * q + (1 if p_tok else 0)
+        tc, tm = self._roof(2 * m.hidden * m.vocab * logits / d.tp, self.peak_a, self._eff(logits),
+                            m.hidden * m.vocab * 2 / d.attn_tp / max(1, d.pp))
+        layer_time += tc + tm
+        c, mem = c + tc, mem + tm
+        if d.spec_tokens and n_dec:  # draft passes: one extra (MTP) layer per draft token
+            draft = d.spec_tokens * layer_time / max(self.stage_layers * d.pp, 1) * n_dec * q / tok
+            layer_time += draft
+            c += draft
+        scale = (mb + d.pp - 1)  # GPipe schedule over mb micro-batches of 1/mb of the batch
+        p2p = 0.0
+        if d.pp > 1:
+            bw, lat = (self.out_bw, self.out_lat) if d.tp >= d.gpus_per_node else (self.up_bw, self.up_lat)
+            p2p = (d.pp - 1) * (lat + tok * f * m.hidden * ACT_BYTES / d.tp / bw)
+        total = self.step_oh + scale * layer_time + p2p
+        return StepCost(total, c * scale, mem * scale, comm * scale + p2p, imb, a2a)
+
+
+def _q(x: float) -> int:
+    """Quantize to ~1.5% log buckets (exact below 64)."""
+    if x < 64:
+        return int(x)
+    e = int(math.log2(x))
+    return (e << 6) | int((x / (1 << e) - 1) * 64) | (1 << 30)
+
+
+def _dq(k: int) -> float:
+    if k < (1 << 30):
+        return float(k)
+    k ^= 1 << 30
+    e, frac = k >> 6, k & 63
+    return (1 << e) * (1 + (frac + 0.5) / 64)

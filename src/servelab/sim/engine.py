@@ -1,0 +1,325 @@
+"""The simulated serving engine: scheduler + KV cache + cost model, stepping on a clock.
+
+``Engine(deployment, clock, seed)``; fronts ``submit(SimRequest)`` and await ``req.done`` or receive
+``req.on_tokens(n, t_ns)`` per step. ``run()`` is the step loop (one per replica): schedule a step, ask the
+cost model how long it takes, sleep that long on the clock, apply the outcome. On a ``VirtualClock`` this
+simulates as fast as the CPU allows; on a ``WallClock`` it serves in real time.
+
+Output length: each request stops at ``min(max_tokens, natural)`` (finish "stop") unless ``ignore_eos``, with
+``natural`` drawn from a lognormal around ``deployment.natural_median`` seeded by (engine seed, request id),
+never below ``min_tokens``; ``max_model_len`` caps it (finish "length"). Generated text is
+``output_text(req)``: filler words whose ids the engine caches as the output's KV blocks, so a later turn that
+sends the conversation back hits the prefix cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import math
+from statistics import NormalDist
+from typing import Any
+
+from servelab.clock import Clock
+from servelab.sim.api import SimRequest
+from servelab.sim.costmodel import CostModel
+from servelab.sim.deployment import Deployment
+from servelab.sim.kvcache import KVCache, block_hashes
+from servelab.sim.scheduler import WAITING, Scheduler, Seq
+from servelab.sim.tokenizer import filler_ids, filler_text, tokenize
+
+LATENCY_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+                     10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+_ND = NormalDist()
+
+
+class Histogram:
+    """Cumulative-bucket histogram (Prometheus style): ``buckets`` upper bounds in seconds."""
+
+    __slots__ = ("buckets", "counts", "sum", "count")
+
+    def __init__(self, buckets: tuple[float, ...] = LATENCY_BUCKETS_S) -> None:
+        self.buckets = buckets
+        self.counts = [0] * (len(buckets) + 1)  # last = +Inf
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, x: float, n: int = 1) -> None:
+        self.counts[bisect.bisect_left(self.buckets, x)] += n
+        self.sum += x * n
+        self.count += n
+
+    def snapshot(self) -> dict[str, Any]:
+        cum, acc = [], 0
+        for c in self.counts:
+            acc += c
+            cum.append(acc)
+        return {"buckets": list(self.buckets), "cumulative_counts": cum, "sum": self.sum, "count": self.count}
+
+
+def _mix(seed: int, rid: int) -> int:
+    """splitmix64 of (seed, rid): a stable 64-bit value."""
+    z = (seed * 0x9E3779B97F4A7C15 + rid + 0x632BE59BD9B4E5B9) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return z ^ (z >> 31)
+
+
+class _Replica:
+    __slots__ = ("dep", "sched", "cost", "wake", "role", "steps", "busy_s", "compute_s", "memory_s", "comm_s",
+                 "a2a_bytes", "imbalance")
+
+    def __init__(self, dep: Deployment, role: str) -> None:
+        self.dep, self.role = dep, role
+        self.cost = CostModel(dep)
+        self.wake = asyncio.Event()
+        self.steps = 0
+        self.busy_s = self.compute_s = self.memory_s = self.comm_s = self.a2a_bytes = 0.0
+        self.imbalance = 1.0
+
+
+class Engine:
+    """One simulated deployment (all replicas and pools)."""
+
+    def __init__(self, deployment: Deployment, clock: Clock, seed: int = 0) -> None:
+        self.dep = deployment
+        self.clock = clock
+        self.seed = seed
+        self.vocab = deployment.model.vocab
+        split = deployment.split()
+        pools = [(split[0], "prefill"), (split[1], "decode")] if split else [(deployment, "mixed")]
+        self.replicas: list[_Replica] = []
+        for i, (dep, role) in enumerate(pools):
+            for j in range(dep.dp):
+                r = _Replica(dep, role)
+                assert dep.memory is not None
+                kv = KVCache(dep.memory.kv_blocks, dep.block_size, dep.prefix_caching)
+                r.sched = Scheduler(
+                    kv, max_num_seqs=dep.max_num_seqs, max_num_batched_tokens=dep.max_num_batched_tokens,
+                    chunked_prefill=dep.chunked_prefill, spec_tokens=dep.spec_tokens,
+                    spec_acceptance=dep.spec_acceptance, seed=_mix(seed, 1000 * i + j),
+                    on_finish=lambda s, now, r=r: self._finished(r, s, now),
+                    on_prefilled=(lambda s, now: self._handoff(s, now)) if role == "prefill" else None)
+                self.replicas.append(r)
+        self.entry = [r for r in self.replicas if r.role != "decode"]
+        self.decode_pool = [r for r in self.replicas if r.role == "decode"]
+        self._task: asyncio.Task | None = None
+        self._stopping = False
+        self._active: dict[int, tuple[Seq, _Replica]] = {}
+        self.ttft = Histogram()
+        self.itl = Histogram()
+        self.queue = Histogram()
+        self.e2e = Histogram()
+        self.requests_finished: dict[str, int] = {}
+        self.kv_transfer_s = 0.0
+
+    # ------------------------------------------------------------------ requests
+    def tokenize(self, text: str) -> list[int]:
+        return tokenize(text, self.vocab)
+
+    def output_seed(self, req: SimRequest) -> int:
+        return _mix(self.seed ^ 0x5EED, req.rid)
+
+    def output_text(self, req: SimRequest) -> str:
+        """The generated text of a finished request (``output_tokens`` filler words)."""
+        return filler_text(req.output_tokens, self.output_seed(req))
+
+    def natural_length(self, req: SimRequest) -> int:
+        u = (_mix(self.seed, req.rid) >> 11) / float(1 << 53)
+        z = _ND.inv_cdf(min(max(u, 1e-12), 1 - 1e-12))
+        return max(1, round(self.dep.natural_median * math.exp(self.dep.natural_sigma * z)))
+
+    def submit(self, req: SimRequest) -> None:
+        """Queue ``req``; its ``done`` future (created if missing) resolves when it finishes."""
+        loop = asyncio.get_running_loop()
+        if req.done is None:
+            req.done = loop.create_future()
+        now = self.clock.now()
+        if not req.arrival_ns:
+            req.arrival_ns = now
+        plen, mml = len(req.prompt_ids), self.dep.max_model_len
+        if plen >= mml or plen == 0 or req.max_tokens < 1:
+            req.error = (f"prompt has {plen} tokens; this model's maximum context length is {mml} tokens"
+                         if plen else "empty prompt") if req.max_tokens >= 1 else "max_tokens must be at least 1"
+            self._resolve(req, "error", now)
+            return
+        if req.ignore_eos:
+            target, reason = req.max_tokens, "length"
+        else:
+            natural = max(self.natural_length(req), req.min_tokens)
+            target, reason = (natural, "stop") if natural < req.max_tokens else (req.max_tokens, "length")
+        if plen + target > mml:
+            target, reason = mml - plen, "length"
+        seq = Seq(req, target, reason)
+        r = min(self.entry, key=lambda x: x.sched.load())
+        self._active[req.rid] = (seq, r)
+        r.sched.add(seq)
+        r.wake.set()
+
+    def abort(self, rid: int) -> bool:
+        """Stop request ``rid`` (client gone): frees its blocks, resolves it with finish_reason "abort"."""
+        item = self._active.get(rid)
+        if item is None:
+            return False
+        s, r = item
+        sched = r.sched
+        if s in sched.waiting:
+            sched.waiting.remove(s)
+        elif s in sched.running:
+            sched._preempt(s, self.clock.now())
+            sched.waiting.remove(s)
+            s.req.preemptions -= 1
+            sched.preemptions -= 1
+        s.state = WAITING
+        self._active.pop(rid, None)
+        s.req.output_tokens = s.out
+        self._resolve(s.req, "abort", self.clock.now())
+        return True
+
+    def _resolve(self, req: SimRequest, reason: str, now: int) -> None:
+        req.finish_reason = reason
+        req.finish_ns = now
+        self.requests_finished[reason] = self.requests_finished.get(reason, 0) + 1
+        if req.done is not None and not req.done.done():
+            req.done.set_result(req)
+
+    def _finished(self, r: _Replica, s: Seq, now: int) -> None:
+        req, sched = s.req, r.sched
+        if sched.kv.prefix_caching and s.out > 1 and s.hashes is not None:
+            self._cache_output(sched, s)
+        req.output_tokens = s.out
+        req.token_times_ns = sched.token_times(s)
+        first = req.first_token_ns if req.first_token_ns is not None else now
+        req.queue_ns = (s.t_sched or now) - req.arrival_ns
+        req.prefill_ns = first - (s.t_sched or now)
+        req.decode_ns = now - first
+        req.comm_ns = s.comm_ns
+        self._active.pop(req.rid, None)
+        self.ttft.observe((first - req.arrival_ns) / 1e9)
+        self.queue.observe(req.queue_ns / 1e9)
+        self.e2e.observe((now - req.arrival_ns) / 1e9)
+        self._resolve(req, s.reason, now)
+
+    def _cache_output(self, sched: Scheduler, s: Seq) -> None:
+        """Register the full blocks of generated tokens (KV computed) so a follow-up turn can hit them."""
+        bs = sched.bs
+        first = s.plen // bs
+        last = min(s.computed, s.plen + s.out) // bs
+        if last <= first or not s.hashes or len(s.hashes) < first:
+            return
+        ids = filler_ids(s.out, self.output_seed(s.req), self.vocab).tolist()
+        tail = list(s.prompt[first * bs:]) + ids
+        parent = s.hashes[first - 1] if first else 0
+        for h in block_hashes(tail[:(last - first) * bs], bs, parent):
+            if sched.kv.register(h):
+                s.held.append(h)
+
+    def _handoff(self, s: Seq, now: int) -> bool:
+        """Disaggregation: ship a prefilled sequence's KV to the least-loaded decode replica."""
+        dst = min(self.decode_pool, key=lambda x: x.sched.load())
+        dep = self.dep
+        m = dep.model
+        nbytes = s.computed * m.layers * m.kv_values_per_token_layer * (1 if dep.kv_dtype == "fp8" else 2)
+        hw = dep.hardware
+        bw = (hw.scaleout_gbps or 3.125) * 1e9 * dep.family.comm_eff * max(1, dep.tp)
+        delay = hw.scaleout_latency_us * 1e-6 + nbytes / bw
+        self.kv_transfer_s += delay
+        s.req.comm_ns += int(delay * 1e9)
+        s.state, s.remote_kv = WAITING, True
+
+        def arrive() -> None:
+            self._active[s.req.rid] = (s, dst)
+            dst.sched.add(s)
+            dst.wake.set()
+
+        asyncio.get_running_loop().call_later(delay, arrive)
+        return True
+
+    # ------------------------------------------------------------------ the step loop
+    async def run(self) -> None:
+        await asyncio.gather(*(self._loop(r) for r in self.replicas))
+
+    async def _loop(self, r: _Replica) -> None:
+        clock, sched, cost = self.clock, r.sched, r.cost
+        while not self._stopping:
+            if not sched.has_work():
+                r.wake.clear()
+                await r.wake.wait()
+                continue
+            t0 = clock.now()
+            b = sched.schedule(t0)
+            if b.empty:
+                self._reject_head(r, t0)
+                continue
+            c = cost.step(b.n_dec, b.ctx_dec, b.p_tok, b.p_pairs, b.p_ctx)
+            await clock.sleep_until(t0 + int(c.time_s * 1e9))
+            now = clock.now()
+            r.steps += 1
+            r.busy_s += c.time_s
+            r.compute_s += c.compute_s
+            r.memory_s += c.memory_s
+            r.comm_s += c.comm_s
+            r.a2a_bytes += c.a2a_bytes
+            r.imbalance = c.imbalance
+            if b.n_dec:
+                self.itl.observe(c.time_s, b.n_dec)
+                if b.inc > 1:
+                    self.itl.observe(0.0, b.n_dec * (b.inc - 1))
+            sched.complete(b, now, int(c.comm_s * 1e9))
+
+    def _reject_head(self, r: _Replica, now: int) -> None:
+        """Nothing could be scheduled with nothing running: the head request can never fit the KV cache."""
+        s = r.sched.waiting.popleft()
+        s.req.error = (f"request needs {s.known} tokens of KV cache but the cache holds "
+                       f"{r.sched.kv.capacity * r.sched.bs} tokens")
+        self._active.pop(s.req.rid, None)
+        self._resolve(s.req, "error", now)
+
+    def start(self) -> asyncio.Task:
+        """Start the step loop on the running event loop (idempotent)."""
+        if self._task is None or self._task.done():
+            self._stopping = False
+            self._task = asyncio.get_running_loop().create_task(self.run())
+        return self._task
+
+    async def stop(self) -> None:
+        """Stop the loop; requests still in flight resolve with finish_reason "abort"."""
+        self._stopping = True
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        for rid in list(self._active):
+            self.abort(rid)
+
+    # ------------------------------------------------------------------ metrics
+    def stats(self) -> dict[str, Any]:
+        rs = self.replicas
+        kvs = [r.sched.kv for r in rs]
+        return {
+            "running": sum(len(r.sched.running) for r in rs),
+            "waiting": sum(len(r.sched.waiting) for r in rs),
+            "kv_usage": sum(k.usage() for k in kvs) / len(kvs),
+            "kv_blocks_total": sum(k.capacity for k in kvs),
+            "preemptions_total": sum(r.sched.preemptions for r in rs),
+            "prefix_cache_queries_tokens": sum(k.queries for k in kvs),
+            "prefix_cache_hits_tokens": sum(k.hits for k in kvs),
+            "prompt_tokens_total": sum(r.sched.prompt_tokens for r in rs),
+            "generation_tokens_total": sum(r.sched.generation_tokens for r in rs),
+            "steps_total": sum(r.steps for r in rs),
+            "busy_seconds_total": sum(r.busy_s for r in rs),
+            "step_compute_seconds_total": sum(r.compute_s for r in rs),
+            "step_memory_seconds_total": sum(r.memory_s for r in rs),
+            "step_comm_seconds_total": sum(r.comm_s for r in rs),
+            "kv_transfer_seconds_total": self.kv_transfer_s,
+            "expert_imbalance": max(r.imbalance for r in rs),
+            "all_to_all_bytes_total": sum(r.a2a_bytes for r in rs),
+            "requests_finished": dict(self.requests_finished),
+            "ttft_seconds": self.ttft.snapshot(),
+            "itl_seconds": self.itl.snapshot(),
+            "queue_seconds": self.queue.snapshot(),
+            "e2e_seconds": self.e2e.snapshot(),
+        }
