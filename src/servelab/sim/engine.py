@@ -241,19 +241,22 @@ class Engine:
 
     async def _loop(self, r: _Replica) -> None:
         clock, sched, cost = self.clock, r.sched, r.cost
+        t_free = 0
         while not self._stopping:
             if not sched.has_work():
                 r.wake.clear()
                 await r.wake.wait()
                 continue
-            t0 = clock.now()
+            t0 = max(clock.now(), t_free)
             b = sched.schedule(t0)
             if b.empty:
                 self._reject_head(r, t0)
                 continue
             c = cost.step(b.n_dec, b.ctx_dec, b.p_tok, b.p_pairs, b.p_ctx)
-            await clock.sleep_until(t0 + int(c.time_s * 1e9))
-            now = clock.now()
+            end = t0 + int(c.time_s * 1e9)
+            await clock.sleep_until(end)
+            # A wall-clock timer may fire early (uvloop rounds to 1 ms): keep the engine's own timeline.
+            now = t_free = max(clock.now(), end)
             r.steps += 1
             r.busy_s += c.time_s
             r.compute_s += c.compute_s
