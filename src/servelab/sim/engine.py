@@ -247,7 +247,10 @@ class Engine:
                 r.wake.clear()
                 await r.wake.wait()
                 continue
-            t0 = max(clock.now(), t_free)
+            wall = clock.now()
+            # Back-to-back steps follow the engine's own timeline; timers that fire early or late by up to
+            # 2 ms (uvloop rounds to 1 ms) do not drift it. After idling, start from now.
+            t0 = t_free if wall - t_free < 2_000_000 else wall
             b = sched.schedule(t0)
             if b.empty:
                 self._reject_head(r, t0)
@@ -255,8 +258,9 @@ class Engine:
             c = cost.step(b.n_dec, b.ctx_dec, b.p_tok, b.p_pairs, b.p_ctx)
             end = t0 + int(c.time_s * 1e9)
             await clock.sleep_until(end)
-            # A wall-clock timer may fire early (uvloop rounds to 1 ms): keep the engine's own timeline.
-            now = t_free = max(clock.now(), end)
+            while end - clock.now() > 1_000_000:  # woke early by more than a timer tick
+                await clock.sleep_until(end)
+            now = t_free = max(clock.now(), end) if clock.now() - end >= 2_000_000 else end
             r.steps += 1
             r.busy_s += c.time_s
             r.compute_s += c.compute_s
