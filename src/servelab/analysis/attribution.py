@@ -78,7 +78,7 @@ def _split(total_ms: np.ndarray, parts: dict[str, np.ndarray], labels: Mapping[s
                       "median_share": m / m_tot if m_tot > 0 else 0.0, "excess_ms": t - m})
     dom = max(comps, key=lambda c: c["excess_ms"])
     extra = t_tot - m_tot
-    words = (f"the {scope} at or above p{pct:g} ({int(tail.sum())} of {n}, {thr:.0f} ms and more) take "
+    words = (f"The {scope} at or above p{pct:g} ({int(tail.sum())} of {n}, {thr:.0f} ms and more) take "
              f"{t_tot:.0f} ms on average against {m_tot:.0f} ms for the median ones")
     if extra > 0:
         words += (f"; {dom['label']} accounts for {dom['excess_ms']:.0f} ms of the {extra:.0f} ms difference "

@@ -1,0 +1,46 @@
+"""Open the HTML report in headless Chromium: it renders, shows the verdict and the knee plot, logs no
+console message, and fetches nothing. Needs Debian's `chromium` (CI: apt-get install -y chromium)."""
+
+import shutil
+import subprocess
+
+import matplotlib.image as mpimg
+import pytest
+
+from servelab.report.html import write_sweep_report
+from tests.unit.report.fake_runs import CAPACITY, write_sweep
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--enable-logging=stderr", "--v=0"]
+
+
+def _chromium(tmp_path, name, *args):
+    profile = tmp_path / f"profile-{name}"  # a fresh profile each time
+    return subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args], capture_output=True,
+                          text=True, timeout=90)
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    return write_sweep_report(write_sweep(tmp_path_factory.mktemp("sweep")))
+
+
+def test_report_renders_in_chromium(tmp_path, report):
+    url = report.resolve().as_uri()
+    dom = _chromium(tmp_path, "dom", "--dump-dom", url)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert f"The knee is at concurrency {CAPACITY}" in dom.stdout
+    assert 'id="knee"' in dom.stdout and 'src="data:image/png;base64,' in dom.stdout
+    console = [ln for ln in dom.stderr.splitlines() if ":CONSOLE(" in ln]
+    assert console == []
+
+    shot = tmp_path / "shot.png"
+    run = _chromium(tmp_path, "shot", "--window-size=1100,1400", f"--screenshot={shot}", url)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert [ln for ln in run.stderr.splitlines() if ":CONSOLE(" in ln] == []
+    img = mpimg.imread(shot)
+    assert img.shape[0] == 1400 and img.shape[1] == 1100
+    assert img[..., :3].std() > 0.05  # not a blank page: text and the knee plot are drawn
