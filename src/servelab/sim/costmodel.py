@@ -24,6 +24,7 @@ from servelab.sim.deployment import Deployment
 ACT_BYTES = 2.0  # activations travel in BF16
 DISPATCH_BYTES = 1.0  # DeepEP-style FP8 dispatch
 COMBINE_BYTES = 2.0  # BF16 combine
+LL_TOKENS = 256  # up to this many tokens per GPU, all-to-all uses low-latency kernels (no per-node dedup)
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,9 +169,11 @@ class CostModel:
         intra = per_gpu_tok * k * unit * (local - 1) / ep
         groups = ep / local
         inter = 0.0
-        if groups > 1:  # a token crosses to each distinct remote domain once, then fans out inside
+        if groups > 1 and per_gpu_tok > LL_TOKENS:  # normal mode: once per distinct remote domain, then fan out
             distinct = groups * (1 - (1 - 1 / groups) ** k)
             inter = per_gpu_tok * unit * distinct * (groups - 1) / groups
+        elif groups > 1:  # low-latency mode (small decode batches): straight to each expert's GPU
+            inter = per_gpu_tok * k * unit * (ep - local) / ep
         t = 2 * self.up_lat + intra / self.up_bw
         if inter:
             t = max(t, 2 * self.out_lat + inter / self.out_bw)
