@@ -1,0 +1,397 @@
+"""How much client CPU does servelab's HTTP transport spend per streamed token, against references?
+
+A zero-delay OpenAI-style streaming server runs in its own process (raw uvloop + httptools; chunked
+SSE: 256 token chunks, a usage chunk, [DONE]; one write per token and a yield between tokens, so streams
+interleave as in a batching engine). Each client then runs alone in a fresh process, and that process's
+CPU time (time.process_time) is what is charged to it:
+
+  (a) servelab  - servelab.transport.http.HttpTransport (full parsing, timing, records)
+  (b) reference - a minimal raw-socket uvloop client that only counts "data: " lines and stamps reads
+  (c) aiohttp   - a plain aiohttp client (line iteration + orjson per event + a timestamp per token)
+  (d) vllm      - `vllm bench serve`, when vllm is importable
+
+Cases: streaming at concurrency 64 and 256; non-streamed (CPU per request, target <= 0.5 ms); TTFT
+accuracy (the server waits 50 ms before the first token; p99 of |measured TTFT - 50 ms| at concurrency
+256, target <= 2 ms). The headline ratio is servelab's tokens per client CPU second over the
+reference's (target >= 0.6).
+
+    PYTHONPATH=src python benchmarks/client_throughput.py [--duration 5] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import multiprocessing as mp
+import statistics
+import time
+from collections.abc import Callable
+
+import httptools
+import orjson
+import uvloop
+
+TOKENS = 256
+TTFT_DELAY_S = 0.050
+TTFT_TOKENS = 16
+MODEL = "bench-model"
+PROMPT = [{"role": "user", "content": "Write a story about a benchmark. " * 8}]
+
+
+# ---------------------------------------------------------------------------------------------- server
+
+
+def _hchunk(payload: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(payload), payload)
+
+
+def _sse(obj: dict) -> bytes:
+    return _hchunk(b"data: " + orjson.dumps(obj) + b"\n\n")
+
+
+def _token_chunk(i: int, last: bool) -> bytes:
+    return _sse({"id": "chatcmpl-0123456789abcdef", "object": "chat.completion.chunk", "created": 1718000000,
+                 "model": MODEL, "choices": [{"index": 0, "delta": {"content": f" tok{i}"}, "logprobs": None,
+                                              "finish_reason": "length" if last else None}]})
+
+
+_STREAM_HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+                b"Server: bench\r\n\r\n")
+
+
+def _tail(n: int) -> bytes:
+    usage = {"id": "chatcmpl-0123456789abcdef", "object": "chat.completion.chunk", "created": 1718000000,
+             "model": MODEL, "choices": [],
+             "usage": {"prompt_tokens": 64, "completion_tokens": n, "total_tokens": 64 + n}}
+    return _sse(usage) + _hchunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
+
+
+def _json_response() -> bytes:
+    body = orjson.dumps({
+        "id": "chatcmpl-0123456789abcdef", "object": "chat.completion", "created": 1718000000, "model": MODEL,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "word " * TOKENS},
+                     "logprobs": None, "finish_reason": "length"}],
+        "usage": {"prompt_tokens": 64, "completion_tokens": TOKENS, "total_tokens": 64 + TOKENS}})
+    return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\nServer: bench\r\n\r\n"
+            % len(body)) + body
+
+
+class _ServerProto(asyncio.Protocol):
+    chunks = [_token_chunk(i, i == TOKENS - 1) for i in range(TOKENS)]
+    ttft_chunks = [_token_chunk(i, i == TTFT_TOKENS - 1) for i in range(TTFT_TOKENS)]
+    tail, ttft_tail, json_body = _tail(TOKENS), _tail(TTFT_TOKENS), _json_response()
+
+    def connection_made(self, transport) -> None:  # type: ignore[no-untyped-def]
+        self.t = transport
+        self.parser = httptools.HttpRequestParser(self)
+        self.url = b""
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            self.t.close()
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+
+    def on_message_complete(self) -> None:
+        url, self.url = self.url, b""
+        if url.startswith(b"/json"):
+            self.t.write(self.json_body)
+        elif url.startswith(b"/ttft"):
+            asyncio.get_running_loop().create_task(self._stream(self.ttft_chunks, self.ttft_tail, TTFT_DELAY_S,
+                                                                stamp=True))
+        else:
+            asyncio.get_running_loop().create_task(self._stream(self.chunks, self.tail, 0.0))
+
+    async def _stream(self, chunks: list[bytes], tail: bytes, delay: float, stamp: bool = False) -> None:
+        t = self.t
+        t.write(_STREAM_HEAD)
+        if delay:
+            await asyncio.sleep(delay)
+        if stamp:  # the first token's text is the server's CLOCK_MONOTONIC at write time, in ns
+            t.write(_sse({"choices": [{"index": 0, "delta": {"content": str(time.monotonic_ns())},
+                                       "finish_reason": None}]}))
+            chunks = chunks[1:]
+        for c in chunks:
+            if t.is_closing():
+                return
+            t.write(c)
+            await asyncio.sleep(0)
+        t.write(tail)
+
+
+def _serve(port_q: mp.Queue) -> None:
+    async def serve() -> None:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(_ServerProto, "127.0.0.1", 0, backlog=1024)
+        port_q.put(server.sockets[0].getsockname()[1])
+        await asyncio.Event().wait()
+
+    uvloop.run(serve())
+
+
+# ---------------------------------------------------------------------------------------------- clients
+
+
+class Result:
+    def __init__(self) -> None:
+        self.requests = 0
+        self.failed = 0
+        self.tokens = 0
+        self.ttfts_ns: list[int] = []
+        self.lags_ns: list[int] = []  # client first-token stamp minus the server's write time (ttft case)
+        self.wall_s = 0.0
+        self.cpu_s = 0.0
+
+
+async def _workers(n: int, duration: float, one: Callable) -> None:
+    deadline = time.perf_counter() + duration
+
+    async def worker() -> None:
+        while time.perf_counter() < deadline:
+            await one()
+
+    await asyncio.gather(*(worker() for _ in range(n)))
+
+
+async def _run_servelab(url: str, n: int, duration: float, stream: bool, res: Result) -> None:
+    from servelab.clock import WallClock
+    from servelab.config.models import TargetConfig
+    from servelab.transport.base import ModelRequest
+    from servelab.transport.http import HttpTransport
+
+    t = HttpTransport(TargetConfig(url=url, model=MODEL), WallClock(), concurrency=n)
+    ids = iter(range(1 << 60))
+
+    async def one() -> None:
+        rec = await t.send(ModelRequest(request_id=next(ids), messages=PROMPT, max_tokens=TOKENS, stream=stream))
+        res.requests += 1
+        if rec.status != "ok":
+            res.failed += 1
+            return
+        res.tokens += rec.est_completion_tokens
+        if rec.first_token_ns is not None and rec.sent_ns is not None:
+            res.ttfts_ns.append(rec.first_token_ns - rec.sent_ns)
+            head = rec.output_text.split(" ", 1)[0]
+            if head.isdigit():
+                res.lags_ns.append(rec.first_token_ns - int(head))
+
+    await _workers(n, duration, one)
+    await t.aclose()
+
+
+class _RefProto(asyncio.Protocol):
+    """Counts "data: " lines; a response ends at the chunked terminator after [DONE]."""
+
+    def __init__(self) -> None:
+        self.fut: asyncio.Future | None = None
+        self.tail = b""
+        self.count = 0
+        self.first_ns = 0
+        self.length = -1
+        self.got = 0
+        self.stamp = 0
+
+    def connection_made(self, transport) -> None:  # type: ignore[no-untyped-def]
+        self.t = transport
+
+    def data_received(self, data: bytes) -> None:
+        now = time.monotonic_ns()
+        buf = self.tail + data
+        if self.length >= 0 or b"Content-Length: " in buf[:300]:  # non-streamed: count bytes
+            if self.length < 0:
+                head, _, body = buf.partition(b"\r\n\r\n")
+                self.length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+                self.got = len(body)
+            else:
+                self.got += len(data)
+            if self.got >= self.length:
+                self.first_ns, self.length, self.tail = now, -1, b""
+                self.fut.set_result(1)  # type: ignore[union-attr]
+            return
+        k = buf.count(b"data: ")
+        if k and not self.first_ns:
+            self.first_ns = now
+            i = buf.find(b'"content":"')
+            digits = buf[i + 11 : buf.find(b'"', i + 11)] if i >= 0 else b""
+            self.stamp = int(digits) if digits.isdigit() else 0
+        self.count += k
+        if buf.endswith(b"0\r\n\r\n") and b"[DONE]" in buf:
+            tokens, self.count, self.tail = self.count - 2, 0, b""
+            self.fut.set_result(tokens)  # type: ignore[union-attr]
+        else:
+            self.tail = buf[-8:]
+
+    def connection_lost(self, exc) -> None:  # type: ignore[no-untyped-def]
+        if self.fut is not None and not self.fut.done():
+            self.fut.set_exception(ConnectionError("lost"))
+
+
+async def _run_reference(url: str, n: int, duration: float, stream: bool, res: Result) -> None:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    body = orjson.dumps({"model": MODEL, "messages": PROMPT, "max_tokens": TOKENS, "stream": stream})
+    req = (b"POST %s/chat/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+           b"Content-Length: %d\r\n\r\n%s" % (parts.path.encode(), parts.netloc.encode(), len(body), body))
+    loop = asyncio.get_running_loop()
+
+    async def worker() -> None:
+        _, proto = await loop.create_connection(_RefProto, parts.hostname, parts.port)
+        deadline = time.perf_counter() + duration
+        while time.perf_counter() < deadline:
+            proto.fut = loop.create_future()
+            proto.first_ns = 0
+            sent = time.monotonic_ns()
+            proto.t.write(req)
+            tokens = await proto.fut
+            res.requests += 1
+            res.tokens += tokens
+            res.ttfts_ns.append(proto.first_ns - sent)
+            if proto.stamp:
+                res.lags_ns.append(proto.first_ns - proto.stamp)
+        proto.t.close()
+
+    await asyncio.gather(*(worker() for _ in range(n)))
+
+
+async def _run_aiohttp(url: str, n: int, duration: float, stream: bool, res: Result) -> None:
+    import aiohttp
+
+    body = {"model": MODEL, "messages": PROMPT, "max_tokens": TOKENS, "stream": stream}
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=n)) as session:
+
+        async def one() -> None:
+            sent = time.monotonic_ns()
+            first = 0
+            tokens = 0
+            async with session.post(f"{url}/chat/completions", data=orjson.dumps(body),
+                                    headers={"Content-Type": "application/json"}) as resp:
+                if not stream:
+                    obj = orjson.loads(await resp.read())
+                    tokens = obj["usage"]["completion_tokens"]
+                    first = time.monotonic_ns()
+                else:
+                    async for line in resp.content:
+                        if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
+                            continue
+                        obj = orjson.loads(line[6:])
+                        if obj["choices"] and obj["choices"][0]["delta"].get("content"):
+                            now = time.monotonic_ns()
+                            first = first or now
+                            tokens += 1
+            res.requests += 1
+            res.tokens += tokens
+            res.ttfts_ns.append(first - sent)
+
+        await _workers(n, duration, one)
+
+
+CLIENTS = {"servelab": _run_servelab, "reference": _run_reference, "aiohttp": _run_aiohttp}
+
+
+def _client_proc(name: str, url: str, n: int, duration: float, stream: bool, q: mp.Queue) -> None:
+    res = Result()
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    uvloop.run(CLIENTS[name](url, n, duration, stream, res))
+    res.cpu_s, res.wall_s = time.process_time() - cpu0, time.perf_counter() - wall0
+    q.put(res.__dict__)
+
+
+def run_client(ctx, name: str, url: str, n: int, duration: float, stream: bool) -> dict:
+    q = ctx.Queue()
+    p = ctx.Process(target=_client_proc, args=(name, url, n, duration, stream, q))
+    p.start()
+    out = q.get(timeout=duration + 120)
+    p.join(timeout=30)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- report
+
+
+def _p(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--duration", type=float, default=4.0, help="seconds per client run")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per case (medians reported)")
+    ap.add_argument("--quick", action="store_true", help="2 s runs, 1 round, concurrency 64 only")
+    args = ap.parse_args()
+    duration = 2.0 if args.quick else args.duration
+    rounds = 1 if args.quick else args.rounds
+    concurrencies = [64] if args.quick else [64, 256]
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    server = ctx.Process(target=_serve, args=(q,), daemon=True)
+    server.start()
+    port = q.get(timeout=30)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _report(ctx, base, duration, rounds, concurrencies)
+    finally:
+        server.terminate()
+        server.join(timeout=10)
+
+
+def _rounds(ctx, names: list[str], url: str, n: int, duration: float, stream: bool, rounds: int) -> dict:
+    """Run each client ``rounds`` times, interleaved (a, b, c, a, b, c...), so that load from other
+    processes on the machine hits every client alike; keep each client's median run by CPU/token."""
+    runs: dict[str, list[dict]] = {name: [] for name in names}
+    for _ in range(rounds):
+        for name in names:
+            runs[name].append(run_client(ctx, name, url, n, duration, stream))
+    out = {}
+    for name, rs in runs.items():
+        rs.sort(key=lambda r: r["cpu_s"] / max(1, r["requests"]))
+        out[name] = rs[len(rs) // 2]
+    return out
+
+
+def _report(ctx, base: str, duration: float, rounds: int, concurrencies: list[int]) -> None:
+    print(f"streaming: {TOKENS} tokens/request, zero-delay server in a separate process, "
+          f"{duration:g} s per run, median of {rounds} interleaved round(s)")
+    hdr = f"{'client':<10} {'conc':>5} {'req/s':>8} {'tok/s':>10} {'CPU ms/req':>11} {'tok/CPU-s':>11} {'fail':>5}"
+    print(hdr)
+    print("-" * len(hdr))
+    names = list(CLIENTS)
+    per_core: dict[tuple[str, int], float] = {}
+    for n in concurrencies:
+        for name, r in _rounds(ctx, names, f"{base}/stream/v1", n, duration, True, rounds).items():
+            per_core[(name, n)] = r["tokens"] / r["cpu_s"]
+            print(f"{name:<10} {n:>5} {r['requests'] / r['wall_s']:>8.1f} {r['tokens'] / r['wall_s']:>10.0f} "
+                  f"{1e3 * r['cpu_s'] / max(1, r['requests']):>11.3f} {per_core[(name, n)]:>11.0f} "
+                  f"{r['failed']:>5}")
+    vllm = "installed (run `vllm bench serve` by hand)" if importlib.util.find_spec("vllm") else "not installed"
+    print(f"{'vllm':<10}  {vllm}")
+    for n in concurrencies:
+        ratio = per_core[("servelab", n)] / per_core[("reference", n)]
+        print(f"ratio servelab/reference tokens per client CPU-second @ {n}: {ratio:.2f}  (target >= 0.6)")
+
+    print(f"\nnon-streamed: {TOKENS}-token JSON bodies, concurrency 64")
+    for name, r in _rounds(ctx, names, f"{base}/json/v1", 64, duration, False, rounds).items():
+        print(f"{name:<10} {r['requests'] / r['wall_s']:>8.1f} req/s  "
+              f"{1e3 * r['cpu_s'] / max(1, r['requests']):.3f} client CPU ms/request  fail {r['failed']}"
+              + ("  (target <= 0.5 ms)" if name == "servelab" else ""))
+
+    n = concurrencies[-1]
+    print(f"\nTTFT accuracy: server waits {TTFT_DELAY_S * 1e3:g} ms before the first token, concurrency {n}, "
+          f"{TTFT_TOKENS} tokens/request")
+    print("  err = |measured TTFT - 50 ms| (includes the server's own scheduling lateness);")
+    print("  lag = client's first-token stamp - server's write time of that token (same CLOCK_MONOTONIC)")
+    for name, r in _rounds(ctx, ["servelab", "reference"], f"{base}/ttft/v1", n, duration, True, 1).items():
+        err_ms = [abs(t - TTFT_DELAY_S * 1e9) / 1e6 for t in r["ttfts_ns"]]
+        lag_ms = [t / 1e6 for t in r["lags_ns"]]
+        print(f"{name:<10} err p50 {statistics.median(err_ms):.2f} ms  p99 {_p(err_ms, 0.99):.2f} ms   "
+              f"lag p50 {statistics.median(lag_ms):.2f} ms  p99 {_p(lag_ms, 0.99):.2f} ms  (n={len(err_ms)})"
+              + ("  (target err p99 <= 2 ms)" if name == "servelab" else ""))
+
+
+if __name__ == "__main__":
+    main()
