@@ -14,7 +14,7 @@ from servelab.clock import WallClock
 from servelab.config.models import TargetConfig, TimeoutsConfig
 from servelab.records.schema import DISCONNECTED, HTTP_ERROR, MALFORMED, OK, TIMEOUT
 from servelab.sim.faults import FaultConfig
-from servelab.sim.server import RunningServer, make_engine, start_server
+from servelab.sim.server import SIM_SERVER, RunningServer, make_engine, start_server
 from servelab.transport.base import ModelRequest
 from servelab.transport.http import HttpTransport
 
@@ -184,19 +184,44 @@ async def test_repeated_prompt_reports_cached_tokens(serve, http):
     assert first["prompt_tokens"] - 32 <= cached < first["prompt_tokens"]
 
 
-async def test_stop_string_cuts_the_text(serve, http):
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("spanning", [False, True])
+async def test_stop_string_cuts_the_text(serve, http, stream, spanning):
+    from servelab.sim.api import SimRequest
+    from servelab.sim.tokenizer import filler_text
+
     srv = await serve()
-    body = _chat("stop test", max_tokens=10, ignore_eos=True, seed=7)
+    engine = srv.app[SIM_SERVER].engine
+    body = _chat("stop test", max_tokens=30, ignore_eos=True)
     async with http.post(srv.base_url + "/chat/completions", json=body) as r:
         full = (await r.json())["choices"][0]["message"]["content"]
-    words = full.split()
-    stop = words[4]
-    assert stop not in " ".join(words[:4])  # the test needs the first occurrence at word 4
-    async with http.post(srv.base_url + "/chat/completions", json={**body, "stop": [stop]}) as r:
-        cut = await r.json()
-    assert cut["choices"][0]["message"]["content"] == " ".join(words[:4]) + " "
-    assert cut["choices"][0]["finish_reason"] == "stop"
-    assert cut["usage"]["completion_tokens"] == 5
+    # The text is the engine's filler for the request id (0 here): predictable, so the next one is too.
+    assert full == filler_text(30, engine.output_seed(SimRequest(rid=0, prompt_ids=[], max_tokens=30)))
+    text = filler_text(30, engine.output_seed(SimRequest(rid=1, prompt_ids=[], max_tokens=30)))
+    words = text.split()
+    k = 7
+    # A whole word, or the end of word k-1, the space and the start of word k (across two tokens).
+    stop = words[k] if not spanning else words[k - 1][-2:] + " " + words[k][:2]
+    at = text.index(stop)
+    req = {**body, "stop": [stop, "never-occurs-in-filler"], "stream": stream}
+    if stream:
+        req["stream_options"] = {"include_usage": True}
+    async with http.post(srv.base_url + "/chat/completions", json=req) as r:
+        if stream:
+            chunks = [orjson.loads(d) for d in (await _sse(r))[:-1]]
+            content = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+            reason = next(c["choices"][0]["finish_reason"] for c in chunks
+                          if c["choices"] and c["choices"][0]["finish_reason"])
+            u = chunks[-1]["usage"]
+        else:
+            cut = await r.json()
+            content, reason = cut["choices"][0]["message"]["content"], cut["choices"][0]["finish_reason"]
+            u = cut["usage"]
+    assert content == text[:at]
+    assert reason == "stop"
+    assert u["completion_tokens"] == len(text[: at + 1].split())  # up to the token where the stop begins
+    metrics = await _scrape(http, srv)
+    assert metrics['vllm:request_success_total{finished_reason="stop"}'] == 1
 
 
 @pytest.mark.parametrize(

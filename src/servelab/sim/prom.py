@@ -194,16 +194,16 @@ def render_metrics(stats: Mapping[str, Any], req: RequestMetrics, model_name: st
     p.gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", kv)
     p.gauge("vllm:gpu_cache_usage_perc", "GPU KV-cache usage. 1 means 100 percent usage (older name).", kv)
     p.counter("vllm:num_preemptions_total", "Cumulative number of preemptions from the engine.",
-              _num(stats, "preemptions", "num_preemptions"))
+              _num(stats, "preemptions_total", "preemptions"))
     p.counter("vllm:prefix_cache_queries_total",
               "Prefix cache queries, in terms of number of queried tokens.",
-              _num(stats, "prefix_cache_queries", "prefix_queries"))
+              _num(stats, "prefix_cache_queries_tokens", "prefix_cache_queries"))
     p.counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.",
-              _num(stats, "prefix_cache_hits", "prefix_hits"))
+              _num(stats, "prefix_cache_hits_tokens", "prefix_cache_hits"))
     p.counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.",
-              _num(stats, "prompt_tokens", "prompt_tokens_total"))
+              _num(stats, "prompt_tokens_total", "prompt_tokens"))
     p.counter("vllm:generation_tokens_total", "Number of generation tokens processed.",
-              _num(stats, "generation_tokens", "generation_tokens_total", "output_tokens"))
+              _num(stats, "generation_tokens_total", "generation_tokens"))
     p.counter("vllm:request_success_total", "Count of successfully processed requests.",
               [({"finished_reason": k}, v) for k, v in req.success.items()])
     p.histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", req.ttft)
@@ -221,14 +221,22 @@ def render_metrics(stats: Mapping[str, Any], req: RequestMetrics, model_name: st
 
 def _render_sim(p: PromText, stats: Mapping[str, Any], req: RequestMetrics) -> None:
     p.counter("servelab_sim_steps_total", "Engine steps (forward passes) simulated.",
-              _num(stats, "steps", "num_steps"))
-    split = stats.get("step_time_s") or stats.get("step_seconds") or {}
+              _num(stats, "steps_total", "steps"))
+    p.counter("servelab_sim_busy_seconds_total", "Time the engine spent stepping (seconds).",
+              _num(stats, "busy_seconds_total"))
     p.counter("servelab_sim_step_seconds_total",
               "Simulated step time by bound: compute, memory, communication (seconds).",
-              [({"part": part}, float(split.get(part, 0.0))) for part in ("compute", "memory", "communication")])
+              [({"part": "compute"}, _num(stats, "step_compute_seconds_total")),
+               ({"part": "memory"}, _num(stats, "step_memory_seconds_total")),
+               ({"part": "communication"}, _num(stats, "step_comm_seconds_total"))])
+    p.counter("servelab_sim_kv_transfer_seconds_total",
+              "Disaggregated prefill/decode: time spent shipping KV caches (seconds).",
+              _num(stats, "kv_transfer_seconds_total"))
+    p.gauge("servelab_sim_kv_blocks", "KV-cache blocks in the deployment (all replicas).",
+            _num(stats, "kv_blocks_total"))
     p.gauge("servelab_sim_expert_imbalance",
             "Mixture-of-experts load imbalance of the last step (max over mean tokens per expert; 1 = even).",
             _num(stats, "expert_imbalance", default=1.0))
     p.counter("servelab_sim_all_to_all_bytes_total", "Bytes moved by expert-parallel all-to-all.",
-              _num(stats, "all_to_all_bytes", "a2a_bytes"))
+              _num(stats, "all_to_all_bytes_total", "all_to_all_bytes"))
     p.counter("servelab_sim_requests_failed_total", "Requests that ended in an engine error.", req.failed)

@@ -41,6 +41,7 @@ from servelab.sim.oai import (
 from servelab.sim.prom import RequestMetrics, render_metrics
 
 JSON = "application/json"
+SIM_SERVER: web.AppKey[SimServer] = web.AppKey("sim_server")  # app[SIM_SERVER]: the handlers' object
 _ERROR_KINDS = {408: "RequestTimeoutError", 429: "RateLimitError", 500: "InternalServerError",
                 502: "BadGatewayError", 503: "ServiceUnavailableError", 504: "GatewayTimeoutError"}
 _FIRST_WORDS = 64  # filler words made up front; more on demand (the filler is prefix-stable)
@@ -156,10 +157,11 @@ class SimServer:
 
     def _submit(self, p: Parsed, rid: int) -> _Gen:
         loop = asyncio.get_running_loop()
-        seed = p.seed if p.seed is not None else rid
         req = SimRequest(rid=rid, prompt_ids=p.prompt_ids, max_tokens=p.max_tokens, min_tokens=p.min_tokens,
                          ignore_eos=p.ignore_eos, arrival_ns=self.clock.now(), done=loop.create_future())
-        gen = _Gen(req, seed)
+        # The engine's own output seed: the text sent back in a later turn then hits its cached output blocks.
+        output_seed = getattr(self.engine, "output_seed", None)
+        gen = _Gen(req, output_seed(req) if output_seed is not None else rid)
         req.on_tokens = gen.on_tokens
         req.done.add_done_callback(gen.on_done)
         req.done.add_done_callback(lambda fut: self._observe(fut, gen))
@@ -200,14 +202,16 @@ class SimServer:
             raise asyncio.CancelledError() from None
 
     async def _generate(self, p: Parsed, gen: _Gen):
-        """Yield text pieces as the engine produces tokens; returns via StopAsyncIteration.
+        """Yield ``(text piece, tokens so far, finish reason or None)`` as the engine produces tokens.
 
-        Stop strings end the generation early: the text is cut before the stop string, the request is
-        aborted in the engine and the outcome reason becomes "stop".
+        With stop strings the last ``len(longest stop) - 1`` characters are held back until it is known
+        that no stop string starts in them; on a match the text is cut before it, the request is aborted
+        in the engine, and the token count is that of the tokens up to the one where the stop begins.
         """
-        emitted = 0
-        text_tail = ""
-        longest = max((len(s) for s in p.stop), default=0)
+        emitted = 0  # tokens consumed from the engine
+        sent_chars = 0  # characters yielded so far
+        pending = ""
+        hold = max((len(s) for s in p.stop), default=1) - 1
         req = gen.req
         while True:
             await gen.event.wait()
@@ -219,19 +223,22 @@ class SimServer:
             if n > emitted:
                 piece = gen.words(emitted, n)
                 emitted = n
-                if longest:
-                    window = text_tail + piece
-                    cut = min((i for i in (window.find(s) for s in p.stop) if i >= 0), default=-1)
+                if not p.stop:
+                    yield piece, emitted, None
+                else:
+                    pending += piece
+                    cut = min((i for i in (pending.find(s) for s in p.stop) if i >= 0), default=-1)
                     if cut >= 0:
-                        kept = window[:cut][len(text_tail):] if cut >= len(text_tail) else ""
                         gen.stopped = True
                         self._abort(gen)
-                        yield kept, emitted, "stop"
+                        yield pending[:cut], _tokens_through(gen.words(0, emitted), sent_chars + cut), "stop"
                         return
-                    text_tail = window[-longest:]
-                yield piece, emitted, None
+                    if len(pending) > hold:
+                        out, pending = pending[: len(pending) - hold], pending[len(pending) - hold:]
+                        sent_chars += len(out)
+                        yield out, emitted, None
             if finished:
-                yield "", emitted, req.finish_reason or "error"
+                yield pending, emitted, req.finish_reason or "error"
                 return
 
     async def _apply_fault(self, request: web.Request, resp: web.StreamResponse, plan: FaultPlan,
@@ -365,6 +372,11 @@ class SimServer:
                             headers={"X-Prometheus-Format": "0.0.4"})
 
 
+def _tokens_through(text: str, pos: int) -> int:
+    """Tokens of ``text`` (one per word, a word owning its leading space) up to the one holding ``pos``."""
+    return len(text[: pos + 1].split()) + (1 if text[pos].isspace() else 0)
+
+
 def _dumps(obj: Any) -> str:
     return orjson.dumps(obj).decode()
 
@@ -395,7 +407,7 @@ def build_app(engine: Any, deployment: Any, faults: FaultConfig | None = None, m
     srv = SimServer(engine, deployment, faults, model_name or _model_name(deployment), clock,
                     _max_model_len(deployment))
     app = web.Application(client_max_size=64 * 1024 * 1024)
-    app["sim_server"] = srv
+    app[SIM_SERVER] = srv
     app.router.add_post("/v1/chat/completions", srv.completions)
     app.router.add_post("/v1/completions", srv.completions)
     app.router.add_get("/v1/models", srv.models)
@@ -480,7 +492,7 @@ async def serve(spec: str, host: str = "127.0.0.1", port: int = 8000, faults: Fa
     clock = WallClock()
     engine, deployment = make_engine(spec, clock, seed=seed)
     running = await start_server(engine, deployment, host=host, port=port, faults=faults)
-    print(f"servelab sim: serving {running.app['sim_server'].model_name} at {running.base_url}", flush=True)
+    print(f"servelab sim: serving {running.app[SIM_SERVER].model_name} at {running.base_url}", flush=True)
     if ready is not None:
         ready.set()
     try:
