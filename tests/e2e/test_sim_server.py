@@ -184,6 +184,23 @@ async def test_repeated_prompt_reports_cached_tokens(serve, http):
     assert first["prompt_tokens"] - 32 <= cached < first["prompt_tokens"]
 
 
+async def test_next_turn_hits_the_cached_answer(serve, http):
+    """The answer sent back as an assistant message reuses the KV blocks the engine cached for it."""
+    srv = await serve()
+    user = " ".join(f"u{i}" for i in range(100))
+    async with http.post(srv.base_url + "/chat/completions",
+                         json=_chat(user, max_tokens=64, ignore_eos=True)) as r:
+        first = await r.json()
+    answer = first["choices"][0]["message"]["content"]
+    msgs = [{"role": "user", "content": user}, {"role": "assistant", "content": answer},
+            {"role": "user", "content": "and then?"}]
+    async with http.post(srv.base_url + "/chat/completions", json={"messages": msgs, "max_tokens": 2}) as r:
+        second = await r.json()
+    p1 = first["usage"]["prompt_tokens"]
+    cached = second["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert p1 + 64 - 32 <= cached <= p1 + 64  # all but the partial last block(s) of the answer
+
+
 @pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize("spanning", [False, True])
 async def test_stop_string_cuts_the_text(serve, http, stream, spanning):
