@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from servelab.config.models import RunConfig
 from servelab.load.arrivals import arrival_offsets_ns
 from servelab.load.runner import RunPlan
 
 
-def plan_for(cfg: RunConfig, count_hint: int | None = None) -> RunPlan:
+def plan_for(cfg: RunConfig, count_hint: int | None = None, offsets_ns: Sequence[int] | None = None) -> RunPlan:
+    """The runner's plan; ``offsets_ns`` (a workload's own schedule, e.g. a trace replay) wins over the load's."""
     load, lim = cfg.load, cfg.limits
     if cfg.is_agent:
         max_jobs = lim.sessions if lim.sessions is not None else count_hint
@@ -20,6 +23,8 @@ def plan_for(cfg: RunConfig, count_hint: int | None = None) -> RunPlan:
         warmup_s=lim.warmup_s,
         drain_timeout_s=lim.drain_timeout_s,
     )
+    if offsets_ns is not None:
+        return RunPlan(offsets_ns=offsets_ns, **common)
     if load.rate is not None:
         offsets = arrival_offsets_ns(
             rate=load.rate, arrival=load.arrival, burstiness=load.burstiness,

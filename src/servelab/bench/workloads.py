@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,12 +21,17 @@ class Work:
     count_hint: int | None = None
     summarize: Callable[[RecordSink, RunOutcome], dict[str, Any]] | None = None
     facts: dict[str, Any] = field(default_factory=dict)
+    offsets_ns: Sequence[int] | None = None  # an open-loop schedule of its own (a trace replay)
 
 
 async def prepare_work(cfg: RunConfig, transport: Transport, clock: Clock, sink: RecordSink) -> Work:
     kind = getattr(cfg.workload, "kind", "requests")
     if kind == "requests":
         return await _requests_work(cfg, transport, sink)
+    if kind == "replay":
+        from servelab.bench.replay import replay_work
+
+        return await replay_work(cfg, transport, clock, sink)
     from servelab.bench.sessions import sessions_work
 
     return await sessions_work(cfg, transport, clock, sink)

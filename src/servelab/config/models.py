@@ -173,6 +173,34 @@ class TelemetryConfig(Strict):
     nvml: bool = Field(default=True, description="Sample local NVIDIA GPUs through NVML when available.")
 
 
+class ReplayWorkloadConfig(Strict):
+    kind: Literal["replay"] = Field(default="replay", description="Replay a recorded trace.")
+    path: str = Field(description="The trace: a file (claude-code: also a directory or glob; servelab: a run "
+                      "directory).")
+    format: Literal["azure", "mooncake", "claude-code", "mt-bench", "servelab", "jsonl"] = Field(
+        description="The trace's format (see docs/traces.md).")
+    speed: float | None = Field(default=None, gt=0, description="Play the trace this many times faster "
+                                "(2 = twice as fast). Default 1.")
+    rate: float | None = Field(default=None, gt=0, description="Compress or stretch time so the mean arrival "
+                               "rate is this, req/s (untimed traces: Poisson session starts at this rate).")
+    start_s: float | None = Field(default=None, ge=0, description="Window start in the trace, seconds.")
+    duration_s: float | None = Field(default=None, gt=0, description="Window length in the trace, seconds.")
+    sample: float | None = Field(default=None, gt=0, le=1, description="Keep this seeded random fraction of "
+                                 "the requests (whole sessions), arrival times kept.")
+    max_requests: int | None = Field(default=None, ge=1, description="Keep at most this many requests (whole "
+                                     "sessions, in time order).")
+    ignore_eos: bool = Field(default=True, description="Force each response to the trace's output length.")
+    scale_think: bool = Field(default=True, description="Scale session think times with speed/rate too.")
+    options: dict[str, Any] = Field(default_factory=dict, description="Options for the format's loader "
+                                    "(claude-code: stagger_s; mt-bench: output_tokens; mooncake: block_tokens).")
+
+    @model_validator(mode="after")
+    def _one_speed(self) -> ReplayWorkloadConfig:
+        if self.speed is not None and self.rate is not None:
+            raise ValueError("give either speed or rate, not both")
+        return self
+
+
 def _workload_kind(v: Any) -> str:
     if isinstance(v, dict):
         return str(v.get("kind", "requests"))
@@ -180,7 +208,8 @@ def _workload_kind(v: Any) -> str:
 
 
 AnyWorkload = Annotated[
-    Annotated[WorkloadConfig, Tag("requests")] | Annotated[AgentWorkloadConfig, Tag("agent")],
+    Annotated[WorkloadConfig, Tag("requests")] | Annotated[AgentWorkloadConfig, Tag("agent")]
+    | Annotated[ReplayWorkloadConfig, Tag("replay")],
     Discriminator(_workload_kind),
 ]
 
@@ -218,7 +247,7 @@ class RunConfig(Strict):
     @model_validator(mode="after")
     def _bounded(self) -> RunConfig:
         lim = self.limits
-        if lim.duration_s is not None:
+        if lim.duration_s is not None or self.workload.kind == "replay":  # a trace ends by itself
             return self
         # A run must stop by itself: default to a modest count of requests or sessions.
         if self.is_agent and lim.sessions is None:
