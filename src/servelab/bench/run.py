@@ -48,7 +48,7 @@ def execute(
     validate_target(cfg.target)
     run_dir = run_dir or create_run_dir(cfg.out, cfg.name)
     clock = make_clock(cfg.target)
-    live = LiveStats()
+    live = LiveStats(cfg.load.mode)
     journal = Journal(run_dir)
     sink = RecordSink(journal, on_request=live.update)
     started_at = utc_now_iso()
@@ -100,7 +100,8 @@ def _finish(cfg: RunConfig, run_dir: Path, sink: RecordSink, outcome: RunOutcome
     extra: dict[str, Any] = {
         "stopped_by": outcome.stopped_by,
         "cancelled_in_flight": outcome.cancelled_in_flight,
-        "loop_lag_ms_p99": outcome.loop_lag_p99_ms,
+        "loop_lag_p99_ms": outcome.loop_lag_p99_ms,
+        "requests_issued": None if cfg.is_agent else outcome.issued,
     }
     work = state.get("work")
     summary = build_summary(sink.requests, cfg, started_ns=outcome.started_ns, ended_ns=outcome.ended_ns, extra=extra)

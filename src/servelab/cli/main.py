@@ -28,7 +28,7 @@ err_console = Console(stderr=True)
 
 # Command modules: each has ``register(app)`` (top-level commands) or ``app`` (a sub-command group).
 _COMMANDS = ("run_cmd", "show_cmd", "profiles_cmd", "replay_cmd", "sweep_cmd", "compare_cmd", "report_cmd",
-             "accuracy_cmd")
+             "accuracy_cmd", "gateway_cmd")
 _GROUPS = (("sim_cmd", "sim"), ("trace_cmd", "trace"))
 
 

@@ -70,7 +70,8 @@ def config_data(config_file: str | None, flags: dict[str, Any]) -> dict[str, Any
         if not (isinstance(workload, dict) and workload.get("kind") == "agent"):
             raise ConfigError("--sessions/--session-rate need an agent workload",
                               hint="add --profile NAME (see `servelab profiles`) or a workload of kind agent")
-    overrides = {path: flags.get(name) for name, path in FLAG_PATHS.items()}
+    # Several flags share a path (--concurrency and --sessions): only the ones given may set it.
+    overrides = {path: flags[name] for name, path in FLAG_PATHS.items() if flags.get(name) is not None}
     headers = parse_headers(flags.get("header"))
     if headers:
         overrides["target.headers"] = headers
