@@ -1,0 +1,130 @@
+"""`servelab gateway-overhead`: the same workload straight to a server and through a gateway in front of it.
+
+Both runs use one config (same seed, so the same requests in the same order) but for the target URL; the
+server's metrics are scraped from the direct URL in both, so the scrape itself does not differ. A priming
+run goes first (``--no-prime`` skips it) so that the two measured runs meet the same warm server: without
+it, the first measured run would fill the prefix cache the second one then enjoys.
+
+Writes ``OUT/<stamp>-gateway/{prime,direct,via}/`` (ordinary run directories) and ``gateway.json``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("gateway-overhead")(gateway_overhead)
+
+
+def build_pair(config: str | None, flags: dict[str, Any], direct: str, via: str) -> tuple[Any, Any]:
+    """The two run configs: identical but for ``target.url`` (both scrape the direct server's metrics)."""
+    from servelab.cli.options import build_run_config
+    from servelab.errors import ConfigError
+    from servelab.telemetry.sources import metrics_url_for
+
+    cfgs = [build_run_config(config, {**flags, "target": url}) for url in (direct, via)]
+    for cfg, which in zip(cfgs, ("--direct", "--via"), strict=True):
+        if cfg.target.is_sim:
+            raise ConfigError(f"{which} must be an http(s) URL, got the simulator target {cfg.target.url!r}",
+                              hint="serve the simulator with `servelab sim serve` and put the gateway in front")
+    if cfgs[0].target.url == cfgs[1].target.url:
+        raise ConfigError(f"--direct and --via are the same URL ({cfgs[0].target.url})",
+                          hint="--via is the gateway's URL, --direct the server behind it")
+    metrics = cfgs[0].telemetry.metrics_url or metrics_url_for(cfgs[0].target.url)
+    return tuple(c.model_copy(update={"telemetry": c.telemetry.model_copy(update={"metrics_url": metrics})})
+                 for c in cfgs)  # type: ignore[return-value]
+
+
+def measure(cfg_direct: Any, cfg_via: Any, *, prime: bool, out_dir: Path,
+            argv: list[str]) -> dict[str, Any]:
+    """Run (prime,) direct, via; returns the overhead analysis with the run directories."""
+    from servelab.analysis.gateway import gateway_overhead
+    from servelab.bench.run import execute
+    from servelab.records.rundir import read_run
+
+    runs: dict[str, Any] = {}
+    plan = ([("prime", cfg_direct)] if prime else []) + [("direct", cfg_direct), ("via", cfg_via)]
+    for role, cfg in plan:
+        run_dir = out_dir / role
+        run_dir.mkdir()
+        runs[role] = execute(cfg, argv=argv, report=False, run_dir=run_dir,
+                             manifest_extra={"gateway": {"role": role, "pair": out_dir.name}})
+    tables = {role: read_run(runs[role].run_dir).requests for role in ("direct", "via")}
+    result = gateway_overhead(tables["direct"], tables["via"], mode=cfg_direct.load.mode, seed=cfg_direct.seed)
+    result["runs"] = {role: str(r.run_dir) for role, r in runs.items()}
+    result["targets"] = {"direct": cfg_direct.target.url, "via": cfg_via.target.url}
+    result["primed"] = prime
+    result["stopped_by"] = {role: r.outcome.stopped_by for role, r in runs.items()}
+    return result
+
+
+def gateway_overhead(
+    direct: Annotated[str, typer.Option(help="The server's own base URL (http://127.0.0.1:8000/v1).")],
+    via: Annotated[str, typer.Option(help="The gateway's base URL in front of the same server.")],
+    model: Annotated[str | None, typer.Option(help="Model name (default: the first the server lists).")] = None,
+    api: Annotated[str | None, typer.Option(help="chat or completions.")] = None,
+    concurrency: Annotated[int | None, typer.Option(help="Closed loop: concurrent users.")] = None,
+    rate: Annotated[float | None, typer.Option(help="Open loop: requests per second.")] = None,
+    arrival: Annotated[str | None, typer.Option(help="poisson, gamma or constant.")] = None,
+    requests: Annotated[int | None, typer.Option(help="Requests per run.")] = None,
+    duration: Annotated[float | None, typer.Option(help="Seconds to send for, per run.")] = None,
+    warmup: Annotated[int | None, typer.Option(help="First N requests of each run excluded.")] = None,
+    input_tokens: Annotated[int | None, typer.Option(help="Prompt tokens per request.")] = None,
+    output_tokens: Annotated[int | None, typer.Option(help="Output tokens (max_tokens) per request.")] = None,
+    ignore_eos: Annotated[bool | None, typer.Option("--ignore-eos", help="Force output lengths.")] = None,
+    stream: Annotated[bool | None, typer.Option("--stream/--no-stream", help="Stream responses (SSE).")] = None,
+    api_key_env: Annotated[str | None, typer.Option(help="Env var holding the API key (never stored).")] = None,
+    header: Annotated[list[str] | None, typer.Option(help="Extra header 'Name: value' (repeatable).")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed: both runs send the same requests.")] = None,
+    out: Annotated[str | None, typer.Option(help="Directory in which the pair's directory is created.")] = None,
+    name: Annotated[str | None, typer.Option(help="Name (part of the directory name).")] = None,
+    config: Annotated[str | None, typer.Option("--config", help="YAML config file (its target.url is "
+                                                                "replaced by --direct / --via).")] = None,
+    prime: Annotated[bool, typer.Option("--prime/--no-prime", help="Warm the server with one unmeasured run "
+                                                                   "first.")] = True,
+    json_out: Annotated[bool, typer.Option("--json", help="Print gateway.json instead of the table.")] = False,
+) -> None:
+    """Measure what a gateway adds: TTFT, ITL, e2e and throughput overhead with bootstrap intervals."""
+    from servelab.records.rundir import create_run_dir, write_json
+
+    flags = {k: v for k, v in locals().items() if k not in ("direct", "via", "prime", "json_out", "config")}
+    cfg_direct, cfg_via = build_pair(config, flags, direct, via)
+    out_dir = create_run_dir(cfg_direct.out, cfg_direct.name or "gateway")
+    result = measure(cfg_direct, cfg_via, prime=prime, out_dir=out_dir, argv=["servelab", *sys.argv[1:]])
+    write_json(out_dir / "gateway.json", result)
+    if json_out:
+        import orjson
+
+        sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        _print(result)
+    typer.echo(f"gateway comparison written to {out_dir}", err=True)
+
+
+def _fmt(v: float | None, digits: int = 1) -> str:
+    return "n/a" if v is None else f"{v:,.{digits}f}"
+
+
+def _print(result: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"gateway overhead: {result['targets']['via']} in front of {result['targets']['direct']} "
+                    f"({100 * result['confidence']:g}% bootstrap intervals)")
+    for col in ("figure", "direct", "via", "overhead", "interval", "overhead %", "interval %", "verdict"):
+        t.add_column(col, justify="left" if col in ("figure", "verdict") else "right")
+    for r in result["rows"]:
+        unit = r["unit"]
+        t.add_row(f"{r['figure']} ({unit})", _fmt(r["direct"]), _fmt(r["via"]), _fmt(r["overhead"], 2),
+                  f"[{_fmt(r['overhead_lo'], 2)}, {_fmt(r['overhead_hi'], 2)}]", _fmt(r["overhead_pct"]),
+                  f"[{_fmt(r['pct_lo'])}, {_fmt(r['pct_hi'])}]", r["verdict"])
+    console = Console()
+    console.print(t)
+    f = result["failures"]
+    console.print(f"failed requests: direct {f['direct']['failed']}/{f['direct']['requests']}, "
+                  f"via {f['via']['failed']}/{f['via']['requests']}. Throughput overhead is the share lost.")
