@@ -443,14 +443,17 @@ async def test_stall_beyond_first_token_timeout_is_a_timeout(serve):
 
 
 async def test_short_stall_and_slow_first_byte_still_ok(serve):
-    srv = await serve(FaultConfig(stall_rate=1.0, stall_after_chunks=2, stall_s=0.2, slow_first_byte_s=0.1))
+    # An 8B model paces decode steps at several ms, so the answer arrives in many chunks.
+    srv = await serve(FaultConfig(stall_rate=1.0, stall_after_chunks=1, stall_s=0.2, slow_first_byte_s=0.1),
+                      spec="sim:llama-3.1-8b@1xh100")
     t = _transport(srv)
     try:
-        rec = await asyncio.wait_for(t.send(_req()), TEST_TIMEOUT_S)
+        rec = await asyncio.wait_for(t.send(_req(max_tokens=24)), TEST_TIMEOUT_S)
     finally:
         await t.aclose()
     assert rec.status == OK, rec.error
-    assert rec.usage_completion_tokens == 8
+    assert rec.usage_completion_tokens == 24
+    assert len(rec.token_times_ns) >= 2
     assert rec.first_byte_ns - rec.sent_ns >= 100_000_000  # the held-back headers
     gaps = [b - a for a, b in zip(rec.token_times_ns, rec.token_times_ns[1:], strict=False)]
     assert max(gaps) >= 200_000_000  # the stall shows between two chunks
