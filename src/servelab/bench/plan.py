@@ -9,8 +9,10 @@ from servelab.load.arrivals import arrival_offsets_ns
 from servelab.load.runner import RunPlan
 
 
-def plan_for(cfg: RunConfig, count_hint: int | None = None, offsets_ns: Sequence[int] | None = None) -> RunPlan:
-    """The runner's plan; ``offsets_ns`` (a workload's own schedule, e.g. a trace replay) wins over the load's."""
+def plan_for(cfg: RunConfig, count_hint: int | None = None, offsets_ns: Sequence[int] | None = None,
+             extra_drain_s: float = 0.0) -> RunPlan:
+    """The runner's plan. ``offsets_ns`` (a workload's own schedule, e.g. a trace replay) wins over the load's;
+    ``extra_drain_s`` (how long one job may legitimately run, e.g. a replayed session) adds to the drain."""
     load, lim = cfg.load, cfg.limits
     if cfg.is_agent:
         max_jobs = lim.sessions if lim.sessions is not None else count_hint
@@ -21,7 +23,7 @@ def plan_for(cfg: RunConfig, count_hint: int | None = None, offsets_ns: Sequence
         duration_s=lim.duration_s,
         warmup_jobs=lim.warmup_requests,
         warmup_s=lim.warmup_s,
-        drain_timeout_s=lim.drain_timeout_s,
+        drain_timeout_s=lim.drain_timeout_s + extra_drain_s,
     )
     if offsets_ns is not None:
         return RunPlan(offsets_ns=offsets_ns, **common)

@@ -156,7 +156,9 @@ async def replay_work(cfg: RunConfig, transport: Transport, clock: Clock, sink: 
 
     facts = {"trace": {"source": trace.source, "format": trace.format, "requests": len(trace),
                        "units": len(units), "speed": speed}}
-    return Work(player.job, count_hint=len(units), summarize=summarize, facts=facts, offsets_ns=offsets)
+    tail_s = max((u.offsets_ns[-1] - u.start_ns for u in units), default=0) / NS_PER_S
+    return Work(player.job, count_hint=len(units), summarize=summarize, facts=facts, offsets_ns=offsets,
+                extra_drain_s=tail_s)
 
 
 class _Player:

@@ -70,7 +70,7 @@ def execute(
                 started_at=started_at, extra=manifest_extra))
             work = await prepare_work(cfg, transport, clock, sink)
             state["work"] = work
-            runner = Runner(clock, plan_for(cfg, work.count_hint, work.offsets_ns))
+            runner = Runner(clock, plan_for(cfg, work.count_hint, work.offsets_ns, work.extra_drain_s))
             telemetry = state["telemetry"] = RunTelemetry(cfg, transport, clock)
             loop = asyncio.get_running_loop()
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):

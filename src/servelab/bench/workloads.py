@@ -22,6 +22,7 @@ class Work:
     summarize: Callable[[RecordSink, RunOutcome], dict[str, Any]] | None = None
     facts: dict[str, Any] = field(default_factory=dict)
     offsets_ns: Sequence[int] | None = None  # an open-loop schedule of its own (a trace replay)
+    extra_drain_s: float = 0.0  # how long a job may legitimately run after it starts (a replayed session)
 
 
 async def prepare_work(cfg: RunConfig, transport: Transport, clock: Clock, sink: RecordSink) -> Work:

@@ -75,7 +75,7 @@ def format_validation_error(err: ValidationError, source: str = "config") -> str
 
 # Pydantic puts the chosen variant's tag into an error's location (workload.agent.profile); users wrote
 # no such key, so tags are dropped when they follow a field that holds a union (or a list item).
-_TAGS = {"fixed", "uniform", "normal", "lognormal", "exponential", "empirical", "requests", "agent", "model",
+_TAGS = {"fixed", "uniform", "normal", "lognormal", "exponential", "empirical", "requests", "agent", "replay", "model",
          "tool", "retrieval", "code", "think", "repeat", "gpu_hour", "tokens"}
 _UNION_FIELDS = {"workload", "input_tokens", "output_tokens", "user_tokens", "duration_s", "result_tokens",
                  "count", "error_tokens", "model"}
