@@ -73,6 +73,7 @@ class ModelExchange:
             self._timer = loop.call_later(self._total_s, self._on_total_deadline)
 
     def _on_first_token_deadline(self, first_token_s: float) -> None:
+        self.conn.pool.inbox.flush()  # a token that arrived in time but is not parsed yet still counts
         if self._finished:
             return
         if self.rec.first_token_ns is None:
@@ -83,6 +84,7 @@ class ModelExchange:
                                                             self._on_total_deadline)
 
     def _on_total_deadline(self) -> None:
+        self.conn.pool.inbox.flush()
         if self._finished:
             return
         self._t = self._now()
@@ -93,12 +95,11 @@ class ModelExchange:
 
     # -- connection callbacks -----------------------------------------------------------------------
 
-    def data(self, data: bytes) -> None:
+    def data(self, data: bytes, t: int) -> None:
+        """Bytes that arrived at ``t`` (stamped by the connection's inbox)."""
         if self._finished:
             return
-        self._t = t = self._now()
-        if self.rec.first_byte_ns is None:
-            self.rec.first_byte_ns = t
+        self._t = t
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserCallbackError as err:  # a bug in a callback: report, never hang
@@ -128,6 +129,10 @@ class ModelExchange:
 
     # -- httptools callbacks ------------------------------------------------------------------------
 
+    def on_message_begin(self) -> None:
+        if self.rec.first_byte_ns is None:
+            self.rec.first_byte_ns = self._t
+
     def on_header(self, name: bytes, value: bytes) -> None:
         n = name.lower()
         if n == b"content-type":
@@ -147,17 +152,24 @@ class ModelExchange:
             self._mode = _JSON
 
     def on_body(self, body: bytes) -> None:
-        if self._finished:
-            return
-        if self._mode == _SSE:
-            for ev in self._sse.feed(body):  # type: ignore[union-attr]
+        mode = self._mode  # 0 once finished: later callbacks of the same read are ignored
+        if mode == _SSE:
+            sse = self._sse
+            # The hot case: one whole single-line "data: {...}\n\n" event and nothing half-parsed
+            # (sse.single_data, inlined).
+            end = len(body) - 2
+            if (not sse.pending and body.find(b"\n") == end and body[-1] == 10  # type: ignore[union-attr]
+                    and body.startswith(b"data: ") and 13 not in body):
+                self._payload(body[6:end])
+                return
+            for ev in sse.feed(body):  # type: ignore[union-attr]
                 if not self._event(ev):
                     return
-        elif self._mode == _ERRBODY:
+        elif mode == _JSON:
+            self._body.append(body)
+        elif mode == _ERRBODY:
             if sum(map(len, self._body)) < _ERROR_BODY_MAX:
                 self._body.append(body)
-        else:
-            self._body.append(body)
 
     def on_message_complete(self) -> None:
         if self._finished:
@@ -181,31 +193,65 @@ class ModelExchange:
     # -- SSE events (hot) ---------------------------------------------------------------------------
 
     def _event(self, ev: tuple) -> bool:
-        """Apply one event to the record; False when it ended the exchange (error or garbage)."""
-        data = ev[0]
-        if data == DONE:
-            if self._done_ns is None:
-                self._done_ns = self._t
-            return True
+        """Apply one parsed event; False when it ended the exchange (error or garbage)."""
         name = ev[1]
         if name and name != b"message":
             if name == b"error":
-                self.finish(HTTP_ERROR, f"error event in stream: {error_text(data)}")
+                self.finish(HTTP_ERROR, f"error event in stream: {error_text(ev[0])}")
                 return False
             return True  # other named events (pings, vendor extras) carry nothing we measure
+        return self._payload(ev[0])
+
+    def _payload(self, data: bytes) -> bool:
+        """Apply one event's data to the record; False when it ended the exchange.
+
+        The hot case, a chat chunk with non-empty ``delta.content``, is handled here; every other
+        shape (role/usage/finish-only chunks, reasoning, tool calls, completions, errors, [DONE])
+        goes to :meth:`_other`, which parses again: that happens a few times per response only.
+        """
+        try:
+            obj = _loads(data)
+            c = obj["choices"][0]
+            content = c["delta"]["content"]
+        except Exception:
+            return self._other(data)
+        if not content or content.__class__ is not str:
+            return self._other(data)
+        t = self._t
+        rec = self.rec
+        if rec.first_content_ns is None:
+            rec.first_content_ns = t
+            if rec.first_token_ns is None:
+                rec.first_token_ns = t
+        self._times.append(t)
+        self._text.append(content)
+        fr = c.get("finish_reason")
+        if fr:
+            rec.finish_reason = fr
+        usage = obj.get("usage")
+        if usage:
+            self._usage(usage)
+        return True
+
+    def _other(self, data: bytes) -> bool:
+        """Any event data but a plain content chunk."""
         try:
             obj = _loads(data)
         except _JSONDecodeError:
+            if data == DONE:
+                if self._done_ns is None:
+                    self._done_ns = self._t
+                return True
             self.finish(MALFORMED, f"unparseable SSE data: {error_text(data, 200)}")
             return False
         if obj.__class__ is not dict:
             self.finish(MALFORMED, f"SSE data is not a JSON object: {error_text(data, 200)}")
             return False
         choices = obj.get("choices")
-        if choices:
+        if choices and choices.__class__ is list and choices[0].__class__ is dict:
             c = choices[0]
             delta = c.get("delta")
-            if delta is not None:
+            if delta.__class__ is dict:
                 content = delta.get("content")
                 reasoning = delta.get("reasoning_content") or delta.get("reasoning")
                 tool = delta.get("tool_calls")
@@ -217,22 +263,23 @@ class ModelExchange:
                 rec = self.rec
                 if rec.first_token_ns is None:
                     rec.first_token_ns = t
-                if reasoning:
+                if content:
+                    self._text.append(str(content))
+                    if rec.first_content_ns is None:
+                        rec.first_content_ns = t
+                elif reasoning:
                     if rec.first_reasoning_ns is None:
                         rec.first_reasoning_ns = t
-                elif rec.first_content_ns is None:
+                elif rec.first_content_ns is None:  # a tool call is visible output too
                     rec.first_content_ns = t
-                if content:
-                    self._text.append(content)
                 self._times.append(t)
-                rec.last_token_ns = t
             fr = c.get("finish_reason")
             if fr:
                 self.rec.finish_reason = fr
         usage = obj.get("usage")
-        if usage:
+        if usage.__class__ is dict:
             self._usage(usage)
-        elif "error" in obj or obj.get("object") == "error":
+        elif not choices and ("error" in obj or obj.get("object") == "error"):
             self.finish(HTTP_ERROR, f"error in stream: {error_message(obj)}")
             return False
         return True
@@ -312,7 +359,10 @@ class ModelExchange:
         if self._finished:
             return
         self._finished = True
+        self._mode = 0
         rec = self.rec
+        if self._times:
+            rec.last_token_ns = self._times[-1]
         rec.status = status
         rec.error = error
         if rec.end_ns is None:
@@ -357,7 +407,7 @@ class PlainExchange:
     def body(self) -> bytes:
         return b"".join(self._body)
 
-    def data(self, data: bytes) -> None:
+    def data(self, data: bytes, t: int = 0) -> None:
         if self._done:
             return
         try:

@@ -1,22 +1,52 @@
 """Keep-alive HTTP/1.1 connections: an asyncio Protocol per socket and a pool of idle ones.
 
-A connection carries one exchange at a time (no pipelining). Bytes go straight from ``data_received``
-to the current exchange, which owns an httptools response parser; nothing is buffered or copied here.
+A connection carries one exchange at a time (no pipelining). Reads are stamped first and parsed
+second: ``data_received`` only takes the time and queues ``(exchange, bytes, t)`` in the pool's
+:class:`Inbox`, which parses everything that arrived in one event-loop iteration in a single callback
+right after. So when 256 streams deliver tokens in the same iteration, the last one's timestamp does
+not include the time spent parsing the 255 before it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ssl
+from collections.abc import Callable
 from typing import Protocol
 
 from servelab.transport._wire import Endpoint
 
 
 class Exchange(Protocol):
-    def data(self, data: bytes) -> None: ...
+    def data(self, data: bytes, t: int) -> None: ...
 
     def lost(self, exc: Exception | None) -> None: ...
+
+
+class Inbox:
+    """Reads stamped on arrival, parsed together at the end of the loop iteration."""
+
+    __slots__ = ("_items", "_scheduled", "_now")
+
+    def __init__(self, now: Callable[[], int]) -> None:
+        self._items: list[tuple[Exchange, bytes, int]] = []
+        self._scheduled = False
+        self._now = now
+
+    def put(self, ex: Exchange, data: bytes) -> None:
+        self._items.append((ex, data, self._now()))
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Parse everything queued (also called before a timeout or a close is judged)."""
+        self._scheduled = False
+        items = self._items
+        if items:
+            self._items = []
+            for ex, data, t in items:
+                ex.data(data, t)
 
 
 class Conn(asyncio.Protocol):
@@ -35,7 +65,7 @@ class Conn(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         ex = self.exchange
         if ex is not None:
-            ex.data(data)
+            self.pool.inbox.put(ex, data)
         else:  # bytes nobody asked for (a server talking out of turn): this socket is unusable
             self.close()
 
@@ -43,6 +73,7 @@ class Conn(asyncio.Protocol):
         return False  # close our side too; connection_lost follows
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.pool.inbox.flush()  # bytes that came before the close are parsed before it is judged
         self.closed = True
         self.pool._forget(self)
         ex, self.exchange = self.exchange, None
@@ -73,7 +104,8 @@ class Pool:
     ``max_idle`` connections are kept open between requests; extra ones are closed."""
 
     def __init__(self, endpoint: Endpoint, tls: ssl.SSLContext | None, connect_timeout_s: float,
-                 max_idle: int) -> None:
+                 max_idle: int, now: Callable[[], int]) -> None:
+        self.inbox = Inbox(now)
         self.endpoint = endpoint
         self.tls = tls
         self.connect_timeout_s = connect_timeout_s

@@ -14,11 +14,12 @@ Usage::
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import orjson
 
-from servelab.clock import Clock
+from servelab.clock import Clock, WallClock
 from servelab.config.models import TargetConfig
 from servelab.errors import TargetError
 from servelab.records.schema import CANCELLED, DISCONNECTED, TIMEOUT, RequestRecord
@@ -46,12 +47,14 @@ class HttpTransport:
                               hint="use the simulator transport for sim targets")
         self.target = target
         self.clock = clock
+        # WallClock.now is time.monotonic_ns: call the C function directly on the hot path.
+        self._now = time.monotonic_ns if type(clock) is WallClock else clock.now
         self.endpoint = _wire.parse_endpoint(target.url)
         bearer = _wire.bearer_from_env(target.api_key_env)
         self._stream_headers = _wire.header_block(self.endpoint, target.headers, bearer, "text/event-stream")
         self._json_headers = _wire.header_block(self.endpoint, target.headers, bearer, "application/json")
         self._pool = Pool(self.endpoint, _wire.ssl_context(self.endpoint, target.verify_tls),
-                          target.timeouts.connect_s, concurrency)
+                          target.timeouts.connect_s, concurrency, self._now)
         self._model = target.model
         self._model_lock = asyncio.Lock()
         self._paths = {"chat": self.endpoint.path("/chat/completions"),
@@ -79,7 +82,7 @@ class HttpTransport:
                                   len(body))
         payload = head + body
         timeouts = self.target.timeouts
-        now = self.clock.now
+        now = self._now
         for attempt in (0, 1):
             try:
                 conn = await self._pool.acquire() if attempt == 0 else await self._pool.connect()

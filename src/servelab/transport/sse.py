@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 DONE = b"[DONE]"
+_new_event = tuple.__new__  # builds an SSEEvent without NamedTuple's Python-level __new__
 
 
 class SSEEvent(NamedTuple):
@@ -28,10 +29,19 @@ class SSEEvent(NamedTuple):
     id: bytes | None = None
 
 
+def single_data(data: bytes) -> bytes | None:
+    """X when ``data`` is exactly one whole single-line event ``data: X\\n\\n`` (the shape servers send
+    nearly always), else None. Valid only when the parser has nothing pending."""
+    end = len(data) - 2
+    if data.find(b"\n") == end and data[-1] == 10 and data[:6] == b"data: " and 13 not in data:
+        return data[6:end]
+    return None
+
+
 class SSEParser:
     """Incremental SSE parser: ``feed(bytes) -> list[SSEEvent]``, then ``end()`` at end of stream."""
 
-    __slots__ = ("_buf", "_skip_lf", "_data", "_event", "_last_id")
+    __slots__ = ("_buf", "_skip_lf", "_data", "_event", "_last_id", "pending")
 
     def __init__(self) -> None:
         self._buf = b""  # an incomplete trailing line
@@ -39,11 +49,18 @@ class SSEParser:
         self._data: list[bytes] = []
         self._event = b""
         self._last_id: bytes | None = None
+        # False while nothing is half-parsed: a caller may then take a lone "data: X\n\n" read itself
+        # (see :func:`single_data`) and skip building an event.
+        self.pending = False
 
     def feed(self, data: bytes) -> list[SSEEvent]:
         """Consume ``data``; return the events it completed (often empty, often one)."""
         if not data:
             return []
+        if not self.pending:
+            payload = single_data(data)
+            if payload is not None:
+                return [_new_event(SSEEvent, (payload, b"", self._last_id))]
         if self._skip_lf:
             self._skip_lf = False
             if data[0] == 10:  # b"\n"
@@ -61,6 +78,7 @@ class SSEParser:
         out: list[SSEEvent] = []
         for line in lines:
             self._line(line, out)
+        self.pending = bool(self._buf or self._data or self._event or self._skip_lf)
         return out
 
     def end(self) -> list[SSEEvent]:
@@ -71,6 +89,7 @@ class SSEParser:
             self._line(line, out)
         self._skip_lf = False
         self._line(b"", out)
+        self.pending = False
         return out
 
     def _line(self, line: bytes, out: list[SSEEvent]) -> None:

@@ -13,8 +13,19 @@ from servelab.transport._exchange import ModelExchange, PlainExchange
 MS = 1_000_000
 
 
+class _NoInbox:
+    def flush(self) -> None:
+        pass
+
+
+class _FakePool:
+    inbox = _NoInbox()
+
+
 class FakeConn:
     """Stands in for a pooled connection: records how the exchange released it."""
+
+    pool = _FakePool()
 
     def __init__(self) -> None:
         self.exchange = None
@@ -51,7 +62,7 @@ def _drive(raw_pieces: list[bytes], *, stream: bool = True, lose: bool = False) 
         ex.arm(30.0)
         for piece in raw_pieces:
             await clock.sleep(0.001)
-            ex.data(piece)
+            ex.data(piece, clock.now())
         if lose:
             await clock.sleep(0.001)
             ex.lost(ConnectionResetError("reset"))
@@ -119,7 +130,7 @@ def test_first_token_timeout_on_virtual_time():
         ex = ModelExchange(rec, clock.now, conn, True, total_s=60.0)  # type: ignore[arg-type]
         conn.exchange = ex
         ex.arm(2.5)
-        ex.data(SSE_HEAD)  # headers but no token
+        ex.data(SSE_HEAD, clock.now())  # headers but no token
         await ex.fut
         return rec
 
@@ -137,9 +148,9 @@ def test_total_timeout_after_tokens_and_done_without_message_end():
         conn.exchange = ex
         ex.arm(1.0)
         await clock.sleep(0.5)
-        ex.data(SSE_HEAD + b"%x\r\n%s\r\n" % (len(_tok("a")), _tok("a")))
+        ex.data(SSE_HEAD + b"%x\r\n%s\r\n" % (len(_tok("a")), _tok("a")), clock.now())
         if done:
-            ex.data(b"e\r\ndata: [DONE]\n\n\r\n")  # [DONE] but the terminating chunk never comes
+            ex.data(b"e\r\ndata: [DONE]\n\n\r\n", clock.now())  # [DONE] but the terminating chunk never comes
         await ex.fut
         return rec, conn
 
@@ -161,3 +172,46 @@ def test_plain_exchange_reads_headers_and_body():
 
     ex = VirtualClock().run(main)
     assert ex.status == 200 and ex.headers["server"] == "llama.cpp" and ex.body == b"{}"
+
+
+def test_inbox_stamps_on_arrival_and_parses_later_in_order():
+    from servelab.transport._pool import Inbox
+
+    clock = VirtualClock()
+    seen: list[tuple[bytes, int]] = []
+
+    class Sink:
+        def data(self, data: bytes, t: int) -> None:
+            seen.append((data, t))
+
+    async def main() -> None:
+        inbox = Inbox(clock.now)
+        inbox.put(Sink(), b"a")
+        clock._advance(5)  # time passes between two reads of the same loop iteration
+        inbox.put(Sink(), b"b")
+        assert seen == []  # nothing parsed yet
+        await asyncio.sleep(0)
+
+    clock.run(main)
+    assert seen == [(b"a", 0), (b"b", 5)]
+
+
+def test_a_token_queued_before_the_deadline_is_not_a_timeout():
+    from servelab.transport._pool import Inbox
+
+    clock = VirtualClock()
+
+    async def main() -> RequestRecord:
+        inbox = Inbox(clock.now)
+        conn = FakeConn()
+        conn.pool = type("P", (), {"inbox": inbox})()  # type: ignore[misc]
+        rec = RequestRecord(request_id=1, sent_ns=0)
+        ex = ModelExchange(rec, clock.now, conn, True, total_s=60.0)  # type: ignore[arg-type]
+        conn.exchange = ex
+        inbox.put(ex, SSE_HEAD + b"%x\r\n%s\r\n" % (len(_tok("a")), _tok("a")))  # arrived, not parsed
+        ex._on_first_token_deadline(1.0)  # the deadline fires in the same iteration
+        assert rec.status != "timeout" and rec.first_token_ns == 0
+        ex.abort("cancelled", "test over")
+        return rec
+
+    clock.run(main)
