@@ -16,13 +16,19 @@ def print_summary(summary: dict[str, Any], *, json_out: bool, title: str = "serv
         return
     from servelab.report.terminal import render_summary
 
-    render_summary(summary, Console(), title=title)
+    render_summary(summary, wide_console(), title=title)
+
+
+def wide_console() -> Console:
+    """A console for tables: the terminal's width, or 140 columns when writing to a file or pipe."""
+    probe = Console()
+    return probe if probe.is_terminal else Console(width=140)
 
 
 def finish_run(result: Any, *, json_out: bool) -> None:
     """Print the run, say where it was written, and exit 1 when a configured check failed."""
     print_summary(result.summary, json_out=json_out, title=f"servelab run: {result.run_dir.name}")
-    err = Console(stderr=True)
+    err = Console(stderr=True, soft_wrap=True, highlight=False)
     if result.outcome.stopped_by == "interrupt":
         err.print(f"interrupted: {result.outcome.cancelled_in_flight} request(s) in flight were cancelled and "
                   "recorded as such; everything finished before is kept")

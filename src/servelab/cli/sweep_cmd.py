@@ -80,12 +80,13 @@ def sweep(
     spec = SweepSpec(base=base, axes=axes, out=out or base.get("out", "runs"), name=name, server=server,
                      budget_s=budget, resume_dir=Path(resume) if resume else None,
                      argv=["servelab", *sys.argv[1:]], report=report)
-    err = Console(stderr=True)
+    err = Console(stderr=True, soft_wrap=True, highlight=False)
     sweep_dir, state = run_sweep(spec, say=lambda s: err.print(s, highlight=False, markup=False))
     if json_out:
         sys.stdout.write(orjson.dumps(state, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
+        from servelab.cli.present import wide_console
         from servelab.report.sweep_table import render_sweep
 
-        render_sweep(state, Console())
+        render_sweep(state, wide_console())
     err.print(f"sweep written to {sweep_dir}")

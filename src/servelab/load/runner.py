@@ -119,7 +119,8 @@ class Runner:
         deadline = self._deadline(start)
         limit = self.plan.max_jobs
         out.stopped_by = "schedule"
-        for index, off in enumerate(self.plan.offsets_ns or ()):
+        offsets = self.plan.offsets_ns if self.plan.offsets_ns is not None else ()
+        for index, off in enumerate(offsets):
             if limit is not None and index >= limit:
                 out.stopped_by = "limit"
                 break

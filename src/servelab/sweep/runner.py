@@ -11,7 +11,7 @@ from typing import Any
 
 from servelab.bench.run import execute
 from servelab.config import RunConfig, apply_overrides, validate
-from servelab.errors import ServelabError
+from servelab.errors import ConfigError, ServelabError
 from servelab.records.manifest import redact, redact_argv, utc_now_iso
 from servelab.records.rundir import create_run_dir
 from servelab.sweep import state as st
@@ -65,9 +65,16 @@ def point_config(base: dict[str, Any], params: dict[str, Any]) -> RunConfig:
 
 
 def _with_sim_keys(url: str, keys: dict[str, Any]) -> str:
-    from servelab.sim.target import spec_with_overrides
+    """``sim:MODEL@NxHW,a=1`` with ``keys`` set (replacing the same keys); plain ``sim`` is its default spec."""
+    from servelab.sim.target import DEFAULT_SPEC
 
-    return spec_with_overrides(url, {k: _plain(v) for k, v in keys.items()})
+    spec = DEFAULT_SPEC if url == "sim" else url
+    if spec.lower().endswith((".yaml", ".yml")):
+        raise ConfigError(f"cannot sweep simulator keys {sorted(keys)} over a deployment file ({spec})",
+                          hint="use a sim:MODEL@COUNTxHARDWARE target, or sweep target with several files")
+    head, *pairs = spec.split(",")
+    kept = [p for p in pairs if p.split("=", 1)[0].strip().lower() not in {k.lower() for k in keys}]
+    return ",".join([head, *kept, *(f"{k}={_plain(v)}" for k, v in keys.items())])
 
 
 def _plain(v: Any) -> str:
