@@ -69,7 +69,7 @@ def prepare_trace(w: ReplayWorkloadConfig, seed: int = 0) -> Trace:
     if any(v is not None for v in (w.start_s, w.duration_s, w.sample, w.max_requests)):
         trace = select(trace, w.start_s, w.duration_s, w.sample, seed, max_requests=w.max_requests)
     if not trace.timed:
-        if w.speed is not None:
+        if w.speed is not None and w.speed != 1:
             raise ConfigError(
                 f"the {trace.format} trace has no timestamps, so speed {w.speed:g} has nothing to scale",
                 hint="give --rate R to start sessions at R per second (Poisson), or --concurrency N",
