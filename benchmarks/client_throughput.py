@@ -330,6 +330,7 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=4.0, help="seconds per client run")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per case (medians reported)")
     ap.add_argument("--quick", action="store_true", help="2 s runs, 1 round, concurrency 64 only")
+    ap.add_argument("--cases", default="stream,json,ttft", help="comma-separated subset of stream,json,ttft")
     args = ap.parse_args()
     duration = 2.0 if args.quick else args.duration
     rounds = 1 if args.quick else args.rounds
@@ -341,7 +342,7 @@ def main() -> None:
     port = q.get(timeout=30)
     base = f"http://127.0.0.1:{port}"
     try:
-        _report(ctx, base, duration, rounds, concurrencies)
+        _report(ctx, base, duration, rounds, concurrencies, set(args.cases.split(",")))
     finally:
         server.terminate()
         server.join(timeout=10)
@@ -361,7 +362,16 @@ def _rounds(ctx, names: list[str], url: str, n: int, duration: float, stream: bo
     return out
 
 
-def _report(ctx, base: str, duration: float, rounds: int, concurrencies: list[int]) -> None:
+def _report(ctx, base: str, duration: float, rounds: int, concurrencies: list[int], cases: set[str]) -> None:
+    if "stream" in cases:
+        _streaming(ctx, base, duration, rounds, concurrencies)
+    if "json" in cases:
+        _non_streamed(ctx, base, duration, rounds)
+    if "ttft" in cases:
+        _ttft(ctx, base, duration, concurrencies[-1])
+
+
+def _streaming(ctx, base: str, duration: float, rounds: int, concurrencies: list[int]) -> None:
     print(f"streaming: {TOKENS} tokens/request, zero-delay server in a separate process, "
           f"{duration:g} s per run, median of {rounds} interleaved round(s)")
     hdr = f"{'client':<10} {'conc':>5} {'req/s':>8} {'tok/s':>10} {'CPU ms/req':>11} {'tok/CPU-s':>11} {'fail':>5}"
@@ -381,13 +391,17 @@ def _report(ctx, base: str, duration: float, rounds: int, concurrencies: list[in
         ratio = per_core[("servelab", n)] / per_core[("reference", n)]
         print(f"ratio servelab/reference tokens per client CPU-second @ {n}: {ratio:.2f}  (target >= 0.6)")
 
+
+def _non_streamed(ctx, base: str, duration: float, rounds: int) -> None:
+    names = list(CLIENTS)
     print(f"\nnon-streamed: {TOKENS}-token JSON bodies, concurrency 64")
     for name, r in _rounds(ctx, names, f"{base}/json/v1", 64, duration, False, rounds).items():
         print(f"{name:<10} {r['requests'] / r['wall_s']:>8.1f} req/s  "
               f"{1e3 * r['cpu_s'] / max(1, r['requests']):.3f} client CPU ms/request  fail {r['failed']}"
               + ("  (target <= 0.5 ms)" if name == "servelab" else ""))
 
-    n = concurrencies[-1]
+
+def _ttft(ctx, base: str, duration: float, n: int) -> None:
     print(f"\nTTFT accuracy: server waits {TTFT_DELAY_S * 1e3:g} ms before the first token, concurrency {n}, "
           f"{TTFT_TOKENS} tokens/request")
     print("  err = |measured TTFT - 50 ms| (includes the server's own scheduling lateness);")

@@ -351,3 +351,49 @@ async def test_connect_refused_is_a_record_not_an_exception():
     finally:
         await t.aclose()
     assert rec.status == "disconnected" and "connect" in rec.error and rec.sent_ns is None
+
+
+async def test_cancelled_send_closes_its_connection_and_reraises(server):
+    t = _transport(server)
+    try:
+        task = asyncio.create_task(t.send(_req({"kind": "stall"})))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        after = await t.send(_req({"tokens": 1}, rid=2))
+    finally:
+        await t.aclose()
+    assert after.status == "ok" and t.connections_opened == 2  # the cancelled socket was not reused
+
+
+async def test_tls_with_and_without_verification(tmp_path):
+    import ssl
+    import subprocess
+
+    key, cert = tmp_path / "k.pem", tmp_path / "c.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "1", "-subj", "/CN=127.0.0.1"], check=True, capture_output=True)
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(cert, key)
+    s = Scripted()
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", s.chat)
+    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=1.0)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ctx)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    url = f"https://127.0.0.1:{port}/v1"
+    try:
+        recs = []
+        for verify in (False, True):
+            t = HttpTransport(TargetConfig(url=url, model="m", verify_tls=verify), WallClock(False), 1)
+            try:
+                recs.append(await t.send(_req({"tokens": 2})))
+            finally:
+                await t.aclose()
+    finally:
+        await runner.cleanup()
+    assert recs[0].status == "ok" and recs[0].output_text == "t0t1"
+    assert recs[1].status == "disconnected" and "certificate" in recs[1].error.lower()

@@ -144,6 +144,9 @@ class HttpTransport:
             except (OSError, TimeoutError, TargetError):
                 return None  # unreachable now: do not conclude the endpoint is missing
             count = _token_count(raw) if 200 <= status < 300 else None
+            # llama.cpp answers a vLLM-style body (no "content") with no tokens: not this style.
+            if count == 0 and text.strip() and self._tokenize_style is None:
+                count = None
             if count is not None:
                 self._tokenize_style = style
                 return count
@@ -164,13 +167,17 @@ class HttpTransport:
         owners = {str(e.get("owned_by", "")).lower() for e in entries}
         server = headers.get("server")
         version = None
-        try:
-            vstatus, vheaders, vraw = await self._call("GET", self.endpoint.root("/version"), None)
+        # vLLM: /version {"version"}; llama.cpp: /props {"build_info"}; SGLang: /get_server_info {"version"}.
+        for where in ("/version", "/props", "/get_server_info"):
+            try:
+                vstatus, vheaders, vraw = await self._call("GET", self.endpoint.root(where), None)
+            except (OSError, TimeoutError):
+                break
+            server = server or vheaders.get("server")
             if 200 <= vstatus < 300:
                 version = _version_of(vraw)
-            server = server or vheaders.get("server")
-        except (OSError, TimeoutError):
-            pass
+                if version is not None:
+                    break
         engine = next((_KNOWN_ENGINES[o] for o in owners if o in _KNOWN_ENGINES), None)
         if engine is None and server:
             low = server.lower()
@@ -267,5 +274,5 @@ def _version_of(raw: bytes) -> str | None:
         return text[:100] or None
     if isinstance(obj, dict):
         v = obj.get("version") or obj.get("build_info")
-        return str(v) if v is not None else None
-    return str(obj)[:100]
+        return str(v)[:100] if v is not None else None
+    return None
