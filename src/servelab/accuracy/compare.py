@@ -48,7 +48,8 @@ def flag_quality_drop(baseline_acc: Any, candidate_acc: Any, *, max_drop: float 
     """Is the candidate's accuracy lower than the baseline's beyond the interval?
 
     The difference (candidate - baseline) gets Newcombe's paired interval over the items both answered
-    (unpaired when the two ran different items). ``flagged`` is True when the whole interval lies below
+    (unpaired when the two ran different items, or when only summaries with ``correct`` and ``answered``
+    are given). ``flagged`` is True when the whole interval lies below
     ``-max_drop``: the candidate lost more than ``max_drop`` (a fraction, default 0) at this confidence.
     A sweep point that gains throughput with ``flagged`` bought the gain with quality.
     """
@@ -75,5 +76,11 @@ def flag_quality_drop(baseline_acc: Any, candidate_acc: Any, *, max_drop: float 
 
 
 def _summary(x: Any) -> tuple[int, int]:
+    """(correct, answered) from the per-item rows, else from a summary (``{"summary": {...}}`` or the
+    per-target entry of accuracy.json, both holding ``correct`` and ``answered``)."""
     rows = [r for r in _results(x) if r["correct"] is not None]
+    if not rows and isinstance(x, Mapping):
+        s = x.get("summary") if isinstance(x.get("summary"), Mapping) else x
+        if isinstance(s.get("correct"), int) and isinstance(s.get("answered"), int):
+            return s["correct"], s["answered"]
     return sum(1 for r in rows if r["correct"]), len(rows)

@@ -136,3 +136,9 @@ def test_user_items_work_through_the_runner():
     results, _, _ = _run(items, {"Be brief.\n2+2?": "It is 4.", "Be brief.\ncapital?": "Paris"})
     assert [r.correct for r in results] == [True, True]
     assert [r.answer for r in results] == ["4", "paris"]
+
+
+def test_summaries_alone_compare_as_independent_samples():
+    q = flag_quality_drop({"summary": {"correct": 190, "answered": 200}}, {"correct": 150, "answered": 200})
+    assert q["method"] == "newcombe-independent" and q["flagged"] and q["diff"] == pytest.approx(-0.2)
+    assert flag_quality_drop({"results": []}, {"results": []})["verdict"] == "no common answered items"
