@@ -87,9 +87,10 @@ def build_replay_config(config_file: str | None, flags: dict[str, Any], workload
     data = config_data(config_file, {k: flags.get(k) for k in _SHARED})
     file_w = data.get("workload") if isinstance(data.get("workload"), dict) else {}
     base = dict(file_w) if file_w.get("kind") == "replay" else {}
+    for flag, other in (("speed", "rate"), ("rate", "speed")):  # one excludes the other: a flag replaces the file's
+        if workload[flag] is not None and workload[other] is None:
+            base.pop(other, None)
     base.update({k: v for k, v in workload.items() if v is not None and v != {}})
-    if workload["speed"] is not None or workload["rate"] is not None:  # one excludes the other: flags win
-        base.pop("rate" if workload["speed"] is not None else "speed", None)
     data["workload"] = base
     if concurrency is not None:
         load = data["load"] if isinstance(data.get("load"), dict) else {}
