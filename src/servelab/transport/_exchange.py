@@ -19,12 +19,14 @@ import orjson
 
 from servelab.records.schema import DISCONNECTED, HTTP_ERROR, MALFORMED, OK, TIMEOUT, RequestRecord
 from servelab.transport._pool import Conn
+from servelab.transport._shape import learn_shape
 from servelab.transport._wire import error_message, error_text
 from servelab.transport.sse import DONE, SSEParser
 
 _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
 _ERROR_BODY_MAX = 4096
+_MAX_LEARNS = 3  # layouts learned per response at most (a server whose chunks all differ costs little)
 
 # Body modes, chosen when the headers are complete.
 _SSE, _JSON, _ERRBODY = 1, 2, 3
@@ -36,7 +38,7 @@ class ModelExchange:
     __slots__ = (
         "rec", "_now", "conn", "fut", "parser", "_t", "_mode", "_sse", "_body", "_text", "_times",
         "_done_ns", "_finished", "_framed", "_ctype", "_keep", "_timer", "_total_s", "_stream",
-        "_usage_seen",
+        "_usage_seen", "_pre", "_suf", "_cut_a", "_cut_b", "_learns",
     )
 
     def __init__(self, rec: RequestRecord, now: Callable[[], int], conn: Conn, stream: bool,
@@ -61,6 +63,10 @@ class ModelExchange:
         self._total_s = total_s
         self._stream = stream
         self._usage_seen = False
+        self._pre: bytes | None = None  # learned content-chunk layout (see _shape)
+        self._suf = b""
+        self._cut_a = self._cut_b = 0
+        self._learns = 0
 
     # -- timers -------------------------------------------------------------------------------------
 
@@ -205,10 +211,22 @@ class ModelExchange:
     def _payload(self, data: bytes) -> bool:
         """Apply one event's data to the record; False when it ended the exchange.
 
-        The hot case, a chat chunk with non-empty ``delta.content``, is handled here; every other
-        shape (role/usage/finish-only chunks, reasoning, tool calls, completions, errors, [DONE])
-        goes to :meth:`_other`, which parses again: that happens a few times per response only.
+        The hot case, a chat chunk with non-empty ``delta.content``, is handled here: first by the
+        chunk layout learned from an earlier chunk of this response (see ``_shape``: only the content
+        string is decoded), else by a whole parse. Every other shape (role/usage/finish-only chunks,
+        reasoning, tool calls, completions, errors, [DONE]) goes to :meth:`_other`, which parses
+        again: that happens a few times per response only.
         """
+        pre = self._pre
+        if pre is not None and data.startswith(pre) and data.endswith(self._suf):
+            try:
+                content = _loads(data[self._cut_a : len(data) - self._cut_b])
+            except _JSONDecodeError:
+                content = None
+            if content:  # a JSON string literal decodes to a str; "" is not a token
+                self._times.append(self._t)
+                self._text.append(content)
+                return True
         try:
             obj = _loads(data)
             c = obj["choices"][0]
@@ -231,6 +249,12 @@ class ModelExchange:
         usage = obj.get("usage")
         if usage:
             self._usage(usage)
+        elif not fr and self._learns < _MAX_LEARNS:  # a plain content chunk: learn its layout
+            self._learns += 1
+            shape = learn_shape(data, content)
+            if shape is not None:
+                self._pre, self._suf = shape
+                self._cut_a, self._cut_b = len(shape[0]) - 1, len(shape[1]) - 1
         return True
 
     def _other(self, data: bytes) -> bool:

@@ -215,3 +215,15 @@ def test_a_token_queued_before_the_deadline_is_not_a_timeout():
         return rec
 
     clock.run(main)
+
+
+def test_learned_layout_gives_the_same_text_as_whole_parsing():
+    texts = ["He", 'said "hi"', "\\", "\u00e9\u2713", "\U0001f600", "a\nb", ' "x":"y', "end"]
+    events = [_tok(x) for x in texts[:4]]
+    events.append(b'data: {"choices":[{"index":0,"delta":{"content":"mid"},"extra":1,"finish_reason":null}]}\n\n')
+    events += [_tok(x) for x in texts[4:-1]]
+    events.append(_tok(texts[-1], "stop"))
+    rec, _ = _drive([SSE_HEAD, _chunked(*events, USAGE, b"data: [DONE]\n\n")])
+    assert rec.status == "ok", rec.error
+    assert rec.output_text == "".join(texts[:4]) + "mid" + "".join(texts[4:])
+    assert rec.est_completion_tokens == len(texts) + 1 and rec.finish_reason == "stop"
