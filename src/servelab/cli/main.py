@@ -46,6 +46,8 @@ _register()
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    saved_argv = sys.argv
+    sys.argv = ["servelab", *args]  # commands record sys.argv in the manifest: the one given here
     try:
         app(args=args, prog_name="servelab", standalone_mode=False)
     except ServelabError as e:
@@ -65,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(e, click.exceptions.Abort):
             return 130
         raise
+    finally:
+        sys.argv = saved_argv
     return 0
 
 
