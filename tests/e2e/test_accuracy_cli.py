@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 from pathlib import Path
 
@@ -30,9 +31,12 @@ class AnswerServer:
 
     def _answer(self, lossy: bool, prompt: str) -> str:
         i, expected, matcher = self.index[prompt]
+        if matcher == "regex":  # a generated name item: the pattern holds the name as its group
+            name = re.search(r"\(([a-z]+)\)", expected).group(1)
+            return name + "x" if lossy and i % 4 == 0 else f"The name is {name.capitalize()}."
         if lossy and i % 4 == 0:
-            return str(int(expected) + 1) if matcher == "number" else expected + "x"
-        return f"The answer is {expected}." if matcher == "number" else expected
+            return str(int(expected) + 1)
+        return f"The answer is {expected}."
 
     async def chat(self, request: web.Request) -> web.Response:
         body = await request.json()

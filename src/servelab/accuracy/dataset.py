@@ -5,7 +5,7 @@ these exact items) and costs nothing to ship. Every item has one exact answer:
 
 * ``add`` / ``sub`` / ``mul``: integer arithmetic, checked with the ``number`` matcher;
 * ``lookup``: a small table of made-up keys and values in the prompt, asked for one key's value (``number``);
-* ``reverse``: the same kind of table, asked which key holds a value (``exact``).
+* ``reverse``: the same kind of table, asked which key holds a value (``regex``: the name as a whole word).
 
 A user's JSONL file holds one object per line: ``{"prompt": str, "expected": str | number, "matcher"?:
 "exact" | "regex" | "number", "id"?: str}``. Blank lines are skipped; anything else wrong is a
@@ -77,7 +77,8 @@ def _lookup(kind: str, i: int, rng: random.Random) -> Item:
         prompt = f"Here is a table of codes.\n{table}\nWhat is the code of {key}? Reply with the code only."
         return Item(f"{kind}-{i}", prompt, str(value), "number", kind)
     prompt = f"Here is a table of codes.\n{table}\nWhich name has the code {value}? Reply with the name only."
-    return Item(f"{kind}-{i}", prompt, key, "exact", kind)
+    # The name as a whole word, any case: "The name is Hozimi." is right, "hozimix" is not.
+    return Item(f"{kind}-{i}", prompt, rf"(?i)\b({key})\b", "regex", kind)
 
 
 def generate_items(n: int = DEFAULT_N, seed: int = 0) -> list[Item]:

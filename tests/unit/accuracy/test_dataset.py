@@ -8,6 +8,7 @@ import re
 import pytest
 
 from servelab.accuracy.dataset import KINDS, generate_items, load_dataset, load_jsonl
+from servelab.accuracy.matchers import match
 from servelab.errors import ConfigError
 
 _OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul}
@@ -30,9 +31,15 @@ def _solve(prompt: str) -> str:
 def test_generated_answers_are_right():
     items = generate_items(100, seed=7)
     for it in items:
-        assert _solve(it.prompt) == it.expected, it
+        answer = _solve(it.prompt)
+        assert match(it.matcher, answer, it.expected).correct, it
+        if it.matcher == "number":
+            assert answer == it.expected
+        else:  # the name, and no other name of the table
+            others = set(re.findall(r"^([a-z]+): ", it.prompt, re.M)) - {answer}
+            assert not any(match(it.matcher, o, it.expected).correct for o in others), it
     assert {it.kind for it in items} == set(KINDS)
-    assert {it.matcher for it in items if it.kind == "reverse"} == {"exact"}
+    assert {it.matcher for it in items if it.kind == "reverse"} == {"regex"}
     assert len({it.id for it in items}) == 100
 
 
