@@ -25,6 +25,7 @@ CHAT_TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] if m['content'] is string else '' }}</s>\n"
     "{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
 )
+RECIPE = "tiny-llama-v2"  # bump when the recipe changes: a built model of an older recipe is rebuilt
 SPECIAL = ["<unk>", "<s>", "</s>", "<pad>", "<|system|>", "<|user|>", "<|assistant|>", "<|tool|>"]
 
 
@@ -62,6 +63,20 @@ def train_tokenizer(files: list[str], vocab_size: int):
     return tok
 
 
+def silent_tokens(tok) -> list[int]:
+    """Ids that decode to no visible text alone: special tokens, and single bytes of multi-byte characters.
+
+    A random model loops on one token; if that token is silent (skipped as special, or held back by the
+    detokenizer as an incomplete character) the server streams no text at all for the whole request.
+    """
+    out = []
+    for i in range(len(tok)):
+        text = tok.decode([i], skip_special_tokens=True)
+        if i in tok.all_special_ids or not text or "\ufffd" in text:
+            out.append(i)
+    return out
+
+
 def build(out: Path, repo: Path, vocab_size: int, layers: int, hidden: int, seed: int) -> None:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -83,12 +98,16 @@ def build(out: Path, repo: Path, vocab_size: int, layers: int, hidden: int, seed
                       pad_token_id=tok.pad_token_id, tie_word_embeddings=True, torch_dtype="bfloat16")
     torch.manual_seed(seed)
     model = LlamaForCausalLM(cfg).to(torch.bfloat16)
+    silent = silent_tokens(tok)
+    with torch.no_grad():  # tied embeddings: a zero row scores 0, below the best of 8k random logits
+        model.get_input_embeddings().weight[silent] = 0
     model.generation_config.eos_token_id = tok.eos_token_id
     model.save_pretrained(out, safe_serialization=True)
     facts = {"name": "servelab-tiny-llama", "vocab_size": len(tok), "layers": layers, "hidden": hidden,
-             "seed": seed, "params": sum(p.numel() for p in model.parameters()), "corpus_files": len(files)}
+             "seed": seed, "silent_tokens": len(silent), "recipe": RECIPE,
+             "params": sum(p.numel() for p in model.parameters()), "corpus_files": len(files)}
     (out / "servelab_model.json").write_text(json.dumps(facts, indent=1))
-    (out / "DONE").write_text("ok\n")
+    (out / "DONE").write_text(RECIPE + "\n")
     print(json.dumps(facts))
 
 
@@ -102,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--force", action="store_true", help="rebuild even if DONE exists")
     a = ap.parse_args(argv)
-    if (a.out / "DONE").exists() and not a.force:
+    done = a.out / "DONE"
+    if done.exists() and done.read_text().strip() == RECIPE and not a.force:
         print(f"model already built at {a.out}")
         return 0
     build(a.out, a.repo, a.vocab_size, a.layers, a.hidden, a.seed)

@@ -83,6 +83,10 @@ build_vllm_model() {
 start_vllm() {
   local pidfile="$ENGINES_RUN/vllm.pid" log="$ENGINES_LOGS/vllm-server.log" t0=$SECONDS
   local url="http://127.0.0.1:$VLLM_PORT"
+  if alive "$pidfile" && [[ "$VLLM_MODEL_DIR/DONE" -nt "$pidfile" ]]; then
+    say "vLLM: the model was rebuilt since the server started: restarting it"
+    bash "$ENGINES_REPO/scripts/engines/stop_engines.sh" vllm
+  fi
   if alive "$pidfile" && healthy "$url/health"; then say "vLLM: already running (pid $(cat "$pidfile"))"
   else
     local argv; mapfile -t argv < <(vllm_serve_argv "$VLLM_PORT" "$VLLM_MAX_NUM_SEQS")

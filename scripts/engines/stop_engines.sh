@@ -20,6 +20,8 @@ stop_one() {
   rm -f "$pidfile"
 }
 
-stop_one vllm
-stop_one llamacpp
+# Both by default, or the ones named: stop_engines.sh [vllm] [llamacpp]
+for name in "${@:-vllm llamacpp}"; do
+  for n in $name; do stop_one "$n"; done
+done
 exit 0

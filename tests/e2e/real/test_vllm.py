@@ -76,7 +76,7 @@ def test_prefix_cache_hits_only_on_a_shared_prefix(vllm, tmp_path):
     assert hit_unique == 0, unique.summary["server"]
     # All but the first request (and the one sent beside it) find most of the prefix cached (whole blocks).
     assert hit_shared >= 10 * 576 * 0.5, shared.summary["server"]
-    assert shared.summary["server"]["prefix_cache_hit_rate"] > 0.4
+    assert shared.summary["server"]["prefix_cache_hit_rate"] > 0.25
 
 
 def test_cli_run_records_engine_facts(vllm, tmp_path):
@@ -88,7 +88,7 @@ def test_cli_run_records_engine_facts(vllm, tmp_path):
     m = manifest(run_dir)
     assert m["target"]["engine"] == "vllm" and m["target"]["version"] == "0.32.0"
     assert m["target"]["models"] == [vllm.model] and m["target"]["max_model_len"][vllm.model] == 2048
-    assert m["command_line"][:2] == ["servelab", "run"] or "--target" in m["command_line"]
+    assert m["command_line"][:4] == ["servelab", "run", "--target", vllm.url]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["requests"]["ok"] == 6 and summary["server"]["engine"] == "vllm"
 
