@@ -62,6 +62,7 @@ def test_run_under_load_slots_and_token_counts(llamacpp, tmp_path):
     assert evaluated + cached == pytest.approx(s["tokens"]["input"], rel=0.01)
     target = manifest(res.run_dir)["target"]
     assert target["engine"] == "llama.cpp" and target["models"] == [llamacpp.model], target
+    assert target["version"], target  # /props build_info ("b0-unknown" in the xllamacpp wheel's build)
     assert s["server"]["engine"] == "llama.cpp"
 
 
