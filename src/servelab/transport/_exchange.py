@@ -1,8 +1,10 @@
 """One request/response on a connection: HTTP parsing (httptools), SSE, timing, status.
 
-:class:`ModelExchange` is the hot path. Per network read it takes the time once, feeds the bytes to the
-httptools response parser (which de-chunks), splits SSE events with bytes operations and ``orjson``-loads
-only each event's data payload. Everything it learns goes straight into the :class:`RequestRecord`.
+:class:`ModelExchange` is the hot path. It gets each network read with the time it arrived (stamped by
+the pool's inbox), feeds the bytes to the httptools response parser (which de-chunks), takes SSE events
+apart with bytes operations and ``orjson``-loads only each event's data payload (only its content
+string, once the chunk layout is learned: see ``_shape``). Everything it learns goes straight into the
+:class:`RequestRecord`.
 :class:`PlainExchange` reads a whole small response (``/v1/models``, ``/tokenize``, ``/version``).
 
 Callbacks never raise: a fault becomes a status via :meth:`ModelExchange.finish`, which resolves the
@@ -38,7 +40,7 @@ class ModelExchange:
     __slots__ = (
         "rec", "_now", "conn", "fut", "parser", "_t", "_mode", "_sse", "_body", "_text", "_times",
         "_done_ns", "_finished", "_framed", "_ctype", "_keep", "_timer", "_total_s", "_stream",
-        "_usage_seen", "_pre", "_suf", "_cut_a", "_cut_b", "_learns",
+        "_usage_seen", "_pre", "_suf", "_cut_a", "_cut_b", "_learns", "_total_at",
     )
 
     def __init__(self, rec: RequestRecord, now: Callable[[], int], conn: Conn, stream: bool,
@@ -67,12 +69,14 @@ class ModelExchange:
         self._suf = b""
         self._cut_a = self._cut_b = 0
         self._learns = 0
+        self._total_at = 0.0  # loop time of the total deadline
 
     # -- timers -------------------------------------------------------------------------------------
 
     def arm(self, first_token_s: float) -> None:
         """Start the timeouts (call right after the request bytes were written)."""
         loop = asyncio.get_running_loop()
+        self._total_at = loop.time() + self._total_s
         if self._stream and first_token_s < self._total_s:
             self._timer = loop.call_later(first_token_s, self._on_first_token_deadline, first_token_s)
         else:
@@ -154,8 +158,12 @@ class ModelExchange:
         elif b"text/event-stream" in self._ctype or (self._stream and b"json" not in self._ctype):
             self._mode = _SSE
             self._sse = SSEParser()
+            return
         else:
             self._mode = _JSON
+        if self._stream and self._timer is not None:  # a whole body: no first token to wait for
+            self._timer.cancel()
+            self._timer = asyncio.get_running_loop().call_at(self._total_at, self._on_total_deadline)
 
     def on_body(self, body: bytes) -> None:
         mode = self._mode  # 0 once finished: later callbacks of the same read are ignored

@@ -227,3 +227,25 @@ def test_learned_layout_gives_the_same_text_as_whole_parsing():
     assert rec.status == "ok", rec.error
     assert rec.output_text == "".join(texts[:4]) + "mid" + "".join(texts[4:])
     assert rec.est_completion_tokens == len(texts) + 1 and rec.finish_reason == "stop"
+
+
+def test_whole_json_answer_to_a_streamed_request_waits_for_the_total_timeout_only():
+    clock = VirtualClock()
+    body = orjson.dumps({"choices": [{"message": {"content": "slow"}, "finish_reason": "stop"}]})
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+
+    async def main() -> RequestRecord:
+        conn = FakeConn()
+        rec = RequestRecord(request_id=1, sent_ns=0)
+        ex = ModelExchange(rec, clock.now, conn, True, total_s=10.0)  # type: ignore[arg-type]
+        conn.exchange = ex
+        ex.arm(1.0)
+        await clock.sleep(0.5)
+        ex.data(head, clock.now())
+        await clock.sleep(2.5)  # past the first-token timeout: not a stream, so it does not apply
+        ex.data(body, clock.now())
+        await ex.fut
+        return rec
+
+    rec = clock.run(main)
+    assert rec.status == "ok" and rec.end_ns == 3_000 * MS and rec.output_text == "slow"
