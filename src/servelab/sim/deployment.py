@@ -91,9 +91,9 @@ class Deployment:
         d = self
         if d.pd:
             p, dn = _parse_pd(d.pd, d.nodes)
-            replace(d, pd="", nodes=p).validated()
+            pre = replace(d, pd="", nodes=p).validated()
             replace(d, pd="", nodes=dn).validated()
-            return d
+            return replace(d, max_model_len=pre.max_model_len, kv_dtype=pre.kv_dtype)
         world = d.gpus_per_node * d.nodes
         _check_dtype("dtype", d.dtype)
         kv_dtype = d.kv_dtype or ("fp8" if d.dtype == "fp4" else d.dtype)

@@ -252,8 +252,9 @@ class Engine:
             # 2 ms (uvloop rounds to 1 ms) do not drift it. After idling, start from now.
             t0 = t_free if wall - t_free < 2_000_000 else wall
             b = sched.schedule(t0)
-            if b.empty:
-                self._reject_head(r, t0)
+            if b.empty:  # admitted straight to decode (disaggregated), or the head can never fit
+                if not sched.running and sched.waiting:
+                    self._reject_head(r, t0)
                 continue
             c = cost.step(b.n_dec, b.ctx_dec, b.p_tok, b.p_pairs, b.p_ctx)
             end = t0 + int(c.time_s * 1e9)
@@ -287,7 +288,18 @@ class Engine:
         if self._task is None or self._task.done():
             self._stopping = False
             self._task = asyncio.get_running_loop().create_task(self.run())
+            self._task.add_done_callback(self._loop_ended)
         return self._task
+
+    def _loop_ended(self, task: asyncio.Task) -> None:
+        """A crashed step loop must not leave requests waiting forever: fail them with its error."""
+        if task.cancelled() or task.exception() is None:
+            return
+        exc = task.exception()
+        for rid in list(self._active):
+            s, _ = self._active.pop(rid)
+            if s.req.done is not None and not s.req.done.done():
+                s.req.done.set_exception(exc)
 
     async def stop(self) -> None:
         """Stop the loop; requests still in flight resolve with finish_reason "abort"."""
