@@ -59,6 +59,7 @@ class CostModel:
             self.up_bw /= max(1.0, (max(d.tp, 2) ** (1 / dims)) / 4)  # average hops of uniform traffic
         self.out_bw = (hw.scaleout_gbps or 3.125) * 1e9 * fam.comm_eff
         self.up_lat, self.out_lat = hw.scaleup_latency_us * 1e-6, hw.scaleout_latency_us * 1e-6
+        self.switched = hw.scaleup_topology == "switched"
         domain_gpus = min(hw.domain_size, d.world) if hw.domain_size >= d.gpus_per_node else d.gpus_per_node
         self.domain = max(d.gpus_per_node, domain_gpus)
         self.tp_cross = d.tp > self.domain  # the tp group leaves the scale-up domain
@@ -99,8 +100,11 @@ class CostModel:
     def _allreduce(self, nbytes: float, n: int) -> float:
         if n <= 1:
             return 0.0
-        bw, lat = (self.out_bw, self.out_lat) if self.tp_cross else (self.up_bw, self.up_lat)
-        return 2 * lat + 2 * (n - 1) / n * nbytes / bw
+        if self.tp_cross:
+            return self.out_lat + 2 * (n - 1) / n * nbytes / self.out_bw
+        # NVSwitch reduces in the switch (NVLS/SHARP): each GPU sends and receives the buffer once.
+        factor = 1.0 if self.switched else 2 * (n - 1) / n
+        return self.up_lat / 3 + factor * nbytes / self.up_bw  # one-shot all-reduce: ~1/3 of an all-to-all phase
 
     # ------------------------------------------------------------------ one layer, one micro-batch
     def _layer(self, tok: float, ctx_dec: float, n_dec: float, p_tok: float, p_pairs: float, p_ctx: float,
@@ -218,9 +222,11 @@ class CostModel:
             n_layers = self.stage_layers * w
             if d.overlap and tok >= 2:
                 hc, hm, hcomm, limb, la2a = self._layer(*(a / 2 for a in args), moe=moe, sliding=sliding)
-                work = 2 * (hc + hm)
-                t = max(work, 2 * hcomm)
-                lc, lm, lcomm = 2 * hc, 2 * hm, max(0.0, 2 * hcomm - work)
+                work, comm_t = 2 * (hc + hm), 2 * hcomm
+                # Two micro-batches pipelined: the first one's compute and the last one's communication
+                # cannot overlap anything: max(work, comm) + min(work, comm) / 2.
+                t = max(work, comm_t) + min(work, comm_t) / 2
+                lc, lm, lcomm = 2 * hc, 2 * hm, t - work
                 la2a *= 2
             else:
                 lc, lm, lcomm, limb, la2a = self._layer(*args, moe=moe, sliding=sliding)
