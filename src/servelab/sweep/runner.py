@@ -83,6 +83,8 @@ def _plain(v: Any) -> str:
 
 def run_sweep(spec: SweepSpec, say: Callable[[str], None] = lambda s: None) -> tuple[Path, dict[str, Any]]:
     points = expand(spec.axes)
+    # Validate every point before running any (or creating anything): a typo must not cost a sweep.
+    configs = {p.key: point_config(spec.base, p.params) for p in points}
     if spec.resume_dir is not None:
         sweep_dir = Path(spec.resume_dir)
         state = st.load(sweep_dir)
@@ -91,8 +93,6 @@ def run_sweep(spec: SweepSpec, say: Callable[[str], None] = lambda s: None) -> t
         sweep_dir = create_run_dir(spec.out, (spec.name or "") + "-sweep" if spec.name else "sweep")
         state = st.new_state(spec.axes, redact(spec.base), redact_argv(spec.argv), utc_now_iso(), spec.budget_s)
         done = {}
-    # Validate every point before running any: a typo must not cost a sweep.
-    configs = {p.key: point_config(spec.base, p.params) for p in points}
     state["points"] = [done.get(p.key) or _entry(p, "pending") for p in points]
     st.save(sweep_dir, state)
     t0 = time.monotonic()
