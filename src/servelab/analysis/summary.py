@@ -166,13 +166,14 @@ def build_summary(
     started_ns: int,
     ended_ns: int,
     extra: Mapping[str, Any] | None = None,
+    mode: LoadMode | None = None,
 ) -> dict[str, Any]:
-    """Every figure of one run. ``config`` is a :class:`servelab.config.RunConfig` (``load.mode``,
+    """Every figure of one run (``mode`` overrides ``config.load.mode``: a trace replay is open loop). ``config`` is a :class:`servelab.config.RunConfig` (``load.mode``,
     ``percentiles``, ``slo``, ``limits.max_lag_p99_ms``, ``seed`` are read); ``extra`` carries the runner's
     hints (see :mod:`servelab.analysis.validity`)."""
     extra = dict(extra or {})
     cols = as_columns(records)
-    mode: LoadMode = config.load.mode
+    mode = mode or config.load.mode
     seed = int(getattr(config, "seed", 0))
     requests, unknown = _request_counts(cols)
     start = latency_start(cols, mode)

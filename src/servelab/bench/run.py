@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,9 +77,14 @@ def execute(
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.add_signal_handler(signal.SIGINT, runner.request_stop)
             telemetry.start()
+            # Everything set up so far lives for the whole run: keep the collector from re-walking it,
+            # so full collections do not stall the measurement.
+            gc.collect()
+            gc.freeze()
             try:
                 return await runner.run(work.job)
             finally:
+                gc.unfreeze()  # a sweep runs many points in one process: let them be collected again
                 await telemetry.stop()
                 with contextlib.suppress(Exception):
                     loop.remove_signal_handler(signal.SIGINT)
@@ -104,7 +110,9 @@ def _finish(cfg: RunConfig, run_dir: Path, sink: RecordSink, outcome: RunOutcome
         "requests_issued": None if cfg.is_agent else outcome.issued,
     }
     work = state.get("work")
-    summary = build_summary(sink.requests, cfg, started_ns=outcome.started_ns, ended_ns=outcome.ended_ns, extra=extra)
+    open_schedule = work is not None and work.offsets_ns is not None
+    summary = build_summary(sink.requests, cfg, started_ns=outcome.started_ns, ended_ns=outcome.ended_ns,
+                            extra=extra, mode="open" if open_schedule else None)
     if work is not None and work.summarize is not None:
         summary.update(work.summarize(sink, outcome))
     telemetry = state.get("telemetry")

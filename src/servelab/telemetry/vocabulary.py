@@ -88,6 +88,7 @@ ENGINE_NAMES: dict[str, Canon] = {
     "llamacpp:kv_cache_usage_ratio": Canon("kv_cache_usage", G),
     "llamacpp:prompt_tokens_total": Canon("prompt_tokens_total", C),
     "llamacpp:tokens_predicted_total": Canon("generation_tokens_total", C),
+    "llamacpp:prompt_tokens_cached_total": Canon("prefix_cache_hits_total", C),
     "llamacpp:n_busy_slots_per_decode": Canon("slots_busy", G),
     # TensorRT-LLM behind Triton
     "nv_trt_llm_request_metrics": Canon("requests_running", G, match=(("request_type", "active"),)),
