@@ -134,3 +134,18 @@ def test_bad_input_exits_2_with_a_message(tmp_path: Path, capsys, args, needle):
     assert main(["accuracy", *args, "--out", str(tmp_path)]) == 2
     assert needle in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+
+
+def test_sweep_over_two_setups_flags_the_quality_drop(answer_server, tmp_path: Path, capsys):
+    # The answer server fails the benchmark's own prompts (it only knows the answer set): the sweep records
+    # those as errors and goes on; what is checked here is the accuracy run per setup and its verdict.
+    server, root = answer_server
+    rc = main(["sweep", "--target", f"{root}/good/v1", "--target", f"{root}/lossy/v1", "--concurrency", "1",
+               "--requests", "2", "--no-stream", "--accuracy", str(N), "--seed", str(SEED), "--out", str(tmp_path),
+               "--json", "--no-report"])
+    assert rc == 0, capsys.readouterr().err
+    state = json.loads(capsys.readouterr().out)
+    good, lossy = state["points"]
+    assert good["accuracy"]["summary"]["correct"] == N
+    assert lossy["accuracy"]["summary"]["correct"] == N - N // 4
+    assert lossy["accuracy"]["vs_first_setup"]["flagged"] is True

@@ -100,3 +100,9 @@ def test_agent_profile_run_reports_sessions(tmp_path, capsys):
     assert s["sessions"]["started"] == 8
     assert s["sessions"]["completed"] + s["sessions"]["failed"] + s["sessions"]["timed_out"] <= 8
     assert set(s["time_split"]) >= {"model", "tool", "waiting"}
+
+
+@pytest.mark.parametrize("args", [["run", "--bogus"], ["run", "--concurrency", "abc"], ["nosuchcommand"]])
+def test_usage_errors_exit_2_without_traceback(args, capsys):
+    assert main(args) == 2
+    assert "Traceback" not in capsys.readouterr().err

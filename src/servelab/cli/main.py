@@ -58,17 +58,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         err_console.print("interrupted")
         return 130
-    except Exception as e:  # click usage errors
-        import click
-
-        if isinstance(e, click.exceptions.ClickException):
-            e.show()
-            return 2
-        if isinstance(e, click.exceptions.Abort):
+    except Exception as e:
+        # Usage errors from the command-line parser (typer ships its own copy of click, so match by shape).
+        if type(e).__name__ == "Abort":
             return 130
+        if hasattr(e, "show") and isinstance(getattr(e, "exit_code", None), int):
+            e.show()
+            return 2 if e.exit_code not in (0, 1) else e.exit_code
         raise
-    finally:
-        sys.argv = saved_argv
     return 0
 
 

@@ -40,6 +40,8 @@ def sweep(
                                                       "'vllm serve {model} --max-num-seqs {max_num_seqs}'.")] = None,
     health_url: Annotated[str | None, typer.Option(help="URL that answers 200 when the server is ready.")] = None,
     startup_timeout: Annotated[float, typer.Option(help="Seconds to wait for the server to be healthy.")] = 600.0,
+    accuracy: Annotated[int | None, typer.Option(help="Run N held-out answer items at every new serving setup "
+                                                 "(precision, engine) and flag quality drops.")] = None,
     budget: Annotated[float | None, typer.Option(help="Time budget for the whole sweep, seconds.")] = None,
     resume: Annotated[str | None, typer.Option(help="Resume the sweep in this directory.")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed.")] = None,
@@ -53,7 +55,7 @@ def sweep(
     from servelab.cli.options import config_data
     from servelab.errors import ConfigError
     from servelab.sweep.grid import DEFAULT_CONCURRENCY, parse_list, parse_set
-    from servelab.sweep.runner import ServerSpec, SweepSpec, run_sweep
+    from servelab.sweep.runner import AccuracySpec, ServerSpec, SweepSpec, run_sweep
 
     flags = dict(locals())
     flags.update(target=None, concurrency=None, rate=None)
@@ -79,7 +81,8 @@ def sweep(
         server = ServerSpec(server_cmd, health_url, startup_timeout)
     spec = SweepSpec(base=base, axes=axes, out=out or base.get("out", "runs"), name=name, server=server,
                      budget_s=budget, resume_dir=Path(resume) if resume else None,
-                     argv=["servelab", *sys.argv[1:]], report=report)
+                     argv=["servelab", *sys.argv[1:]], report=report,
+                     accuracy=AccuracySpec(n=accuracy, seed=seed or 0) if accuracy else None)
     err = Console(stderr=True, soft_wrap=True, highlight=False)
     sweep_dir, state = run_sweep(spec, say=lambda s: err.print(s, highlight=False, markup=False))
     if json_out:

@@ -32,10 +32,23 @@ def knee_words(knee: dict[str, Any] | None, reason: str | None) -> str:
     return f"knee at {lvl:g}{rng}" + (f", confidence {conf}" if conf is not None else "")
 
 
+def _accuracy_cell(acc: dict[str, Any] | None) -> str:
+    a = _get(acc, "summary", "accuracy")
+    if not a:
+        return "-" if not (acc or {}).get("error") else "error"
+    cell = f"{a['value']:.0%} [{a['lo']:.0%}, {a['hi']:.0%}]"
+    if _get(acc, "vs_first_setup", "flagged"):
+        cell += " DROP"
+    return cell
+
+
 def render_sweep(state: dict[str, Any], console: Console) -> None:
     t = Table(title="servelab sweep", title_justify="left")
-    for col in ("point", "status", "req/s", "out tok/s", "TTFT p50 ms", "TTFT p99 ms", "ITL p50 ms",
-                "e2e p95 ms", "goodput/s", "errors"):
+    points = state.get("points", [])
+    with_acc = any(e.get("accuracy") for e in points)
+    cols = ["point", "status", "req/s", "out tok/s", "TTFT p50 ms", "TTFT p99 ms", "ITL p50 ms", "e2e p95 ms",
+            "goodput/s", "errors"] + (["accuracy"] if with_acc else [])
+    for col in cols:
         t.add_column(col, justify="left" if col in ("point", "status") else "right")
     for e in state.get("points", []):
         s = e.get("summary")
@@ -48,6 +61,7 @@ def render_sweep(state: dict[str, Any], console: Console) -> None:
             _num(_get(s, "metrics", "itl_ms", "p50"), "{:,.2f}"), _num(_get(s, "metrics", "e2e_ms", "p95")),
             _num(_get(s, "throughput", "goodput_requests_per_s"), "{:,.2f}"),
             _num(_get(s, "errors", "rate"), "{:.1%}"),
+            *([_accuracy_cell(e.get("accuracy"))] if with_acc else []),
         )
     console.print(t)
     console.print(knee_words(state.get("knee"), state.get("knee_reason")), highlight=False)

@@ -29,6 +29,17 @@ class ServerSpec:
 
 
 @dataclass
+class AccuracySpec:
+    """Run the held-out answer set at every point whose serving setup (server command, target) is new."""
+
+    n: int = 100
+    seed: int = 0
+    dataset: str | None = None
+    max_tokens: int = 64
+    max_drop: float = 0.0
+
+
+@dataclass
 class SweepSpec:
     base: dict[str, Any]  # config data without the swept values
     axes: dict[str, list[Any]]
@@ -39,6 +50,8 @@ class SweepSpec:
     resume_dir: Path | None = None
     argv: list[str] = field(default_factory=list)
     report: bool = True
+    accuracy: AccuracySpec | None = None
+    _accuracy_cache: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
 
 
 def point_config(base: dict[str, Any], params: dict[str, Any]) -> RunConfig:
@@ -141,7 +154,10 @@ def _run_point(sweep_dir: Path, p: Point, cfg: RunConfig, spec: SweepSpec) -> di
             server = ServerProcess(argv, run_dir / "server.log", spec.server.health_url, spec.server.startup_timeout_s)
             server.start()
         result = execute(cfg, argv=spec.argv, run_dir=run_dir, report=False, manifest_extra=extra)
-        return _entry(p, "ok", run_dir=p.key, summary=result.summary, wall_s=time.monotonic() - t)
+        entry = _entry(p, "ok", run_dir=p.key, summary=result.summary, wall_s=time.monotonic() - t)
+        if spec.accuracy is not None:  # while the point's server is still up
+            entry["accuracy"] = _point_accuracy(spec, cfg, extra.get("server"), run_dir)
+        return entry
     except ServelabError as e:
         return _entry(p, "failed", run_dir=p.key, error=str(e), wall_s=time.monotonic() - t)
     except Exception as e:  # noqa: BLE001 - one broken point must not end the sweep
@@ -149,6 +165,32 @@ def _run_point(sweep_dir: Path, p: Point, cfg: RunConfig, spec: SweepSpec) -> di
     finally:
         if server is not None:
             server.stop()
+
+
+def _point_accuracy(spec: SweepSpec, cfg: RunConfig, server: dict[str, Any] | None, run_dir: Path) -> dict[str, Any]:
+    """Accuracy of this point's serving setup (computed once per setup), judged against the first setup."""
+    from servelab.accuracy.compare import flag_quality_drop
+    from servelab.accuracy.dataset import load_dataset
+    from servelab.accuracy.runner import accuracy_for_target
+    from servelab.records.rundir import write_json
+
+    acc = spec.accuracy
+    assert acc is not None
+    key = repr(((server or {}).get("command_line"), cfg.target.url, cfg.target.model))
+    cache = spec._accuracy_cache
+    if key not in cache:
+        items = load_dataset(acc.dataset, n=acc.n, seed=acc.seed)
+        try:
+            cache[key] = accuracy_for_target(cfg.target, items, max_tokens=acc.max_tokens, seed=acc.seed)
+        except ServelabError as e:
+            cache[key] = {"error": str(e)}
+    result = cache[key]
+    write_json(run_dir / "accuracy.json", result)
+    out: dict[str, Any] = {"setup": key, "summary": result.get("summary"), "error": result.get("error")}
+    baseline = next(iter(cache.values()))
+    if result is not baseline and "summary" in result and "summary" in baseline:
+        out["vs_first_setup"] = flag_quality_drop(baseline, result, max_drop=acc.max_drop)
+    return out
 
 
 def _template_values(cfg: RunConfig) -> dict[str, Any]:
