@@ -63,9 +63,8 @@ class NullTransport:
 
 
 def sim_transport(clock, seed: int):
-    from servelab.transport.sim import SimTransport
-
     from servelab.sim.target import parse_sim_target
+    from servelab.transport.sim import SimTransport
 
     return SimTransport(parse_sim_target("sim"), clock, seed)
 

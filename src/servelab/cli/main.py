@@ -49,6 +49,13 @@ def main(argv: list[str] | None = None) -> int:
     saved_argv = sys.argv
     sys.argv = ["servelab", *args]  # commands record sys.argv in the manifest: the one given here
     try:
+        return _invoke(args)
+    finally:
+        sys.argv = saved_argv
+
+
+def _invoke(args: list[str]) -> int:
+    try:
         app(args=args, prog_name="servelab", standalone_mode=False)
     except ServelabError as e:
         err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
