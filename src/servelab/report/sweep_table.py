@@ -65,6 +65,14 @@ def render_sweep(state: dict[str, Any], console: Console) -> None:
         )
     console.print(t)
     console.print(knee_words(state.get("knee"), state.get("knee_reason")), highlight=False)
+    scaling = state.get("scaling")
+    if scaling:
+        for p in scaling.get("peaks", []):
+            eff = p.get("efficiency")
+            console.print(f"{p['nodes']} node(s): peak {p['peak_throughput']:,.0f} tok/s at level "
+                          f"{p['peak_level']:g}, scaling efficiency {'-' if eff is None else f'{eff:.0%}'}",
+                          highlight=False)
+        console.print(f"scaling: {(scaling.get('bend') or {}).get('reason', '')}", highlight=False)
     for e in state.get("points", []):
         if e.get("status") == "failed":
             console.print(f"[red]failed[/] {e.get('key')}: {e.get('error')}", highlight=False, markup=True)

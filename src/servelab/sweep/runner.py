@@ -17,6 +17,7 @@ from servelab.records.rundir import create_run_dir
 from servelab.sweep import state as st
 from servelab.sweep.grid import Point, expand
 from servelab.sweep.knee_of import knees_for
+from servelab.sweep.scaling_of import scaling_for
 from servelab.sweep.server import ServerProcess, render_command
 
 
@@ -126,6 +127,7 @@ def run_sweep(spec: SweepSpec, say: Callable[[str], None] = lambda s: None) -> t
             f"about {eta:.0f} s left")
         st.save(sweep_dir, state)
     state["knees"], state["knee"], state["knee_reason"] = knees_for(state["points"])
+    state["scaling"] = scaling_for(sweep_dir, state["points"])
     state["ended_at"] = utc_now_iso()
     state["complete"] = all(e["status"] in ("ok", "failed") for e in state["points"])
     st.save(sweep_dir, state)
