@@ -57,8 +57,10 @@ class RunTelemetry:
 
     async def stop(self) -> None:
         for s in self.scrapers:
+            # A real server's counters settle a moment after the last response; the simulator's at once.
+            settle = 2.0 if s.source in ("server", "dcgm") and not s.clock.virtual else 0.0
             with contextlib.suppress(Exception):
-                await s.stop()
+                await s.stop(settle_s=settle)
         for c in self._closers:
             await c.aclose()
 

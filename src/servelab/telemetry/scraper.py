@@ -60,6 +60,7 @@ class Scraper:
         self.parse = parse
         self._task: asyncio.Task[None] | None = None
         self.names_seen: set[str] = set()
+        self._last: list[Sample] = []
 
     async def scrape_once(self) -> None:
         t = self.clock.now()
@@ -72,7 +73,12 @@ class Scraper:
                 self.rows.errors.append({"t_ns": t, "source": self.source, "error": f"{type(e).__name__}: {e}"})
             return
         self.names_seen.update(s.raw_name for s in samples)
+        self._last = samples
         self.rows.add(t, self.source, samples)
+
+    def _totals(self) -> tuple[tuple[str, tuple[tuple[str, str], ...], float], ...]:
+        return tuple(sorted((s.raw_name, s.labels, s.value) for s in self._last
+                            if s.raw_name.endswith(("_total", "_count"))))
 
     async def _loop(self) -> None:
         next_t = self.clock.now()
@@ -87,11 +93,26 @@ class Scraper:
     def start(self) -> None:
         self._task = asyncio.ensure_future(self._loop())
 
-    async def stop(self, final: bool = True) -> None:
+    async def stop(self, final: bool = True, settle_s: float = 0.0, poll_s: float = 0.25) -> None:
+        """Stop polling; with ``final``, take the end state so counters' deltas cover the whole run.
+
+        A real server may count a request a moment after its last byte was sent: with ``settle_s`` the
+        final scrape repeats every ``poll_s`` until two in a row agree on every counter (or time is up).
+        """
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        if final:
-            await self.scrape_once()  # the end state, so counters' deltas cover the whole run
+        if not final:
+            return
+        await self.scrape_once()
+        deadline = self.clock.now() + int(settle_s * NS_PER_S)
+        prev = self._totals()
+        while self.clock.now() < deadline:
+            await self.clock.sleep(poll_s)
+            await self.scrape_once()
+            cur = self._totals()
+            if cur == prev:
+                return
+            prev = cur

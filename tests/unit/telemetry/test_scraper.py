@@ -50,3 +50,24 @@ def test_token_agreement_relative_difference():
 def test_empty_telemetry_is_unavailable():
     assert summarize_telemetry(TelemetryRows().columns()) == {"available": False}
     asyncio.set_event_loop(None)
+
+
+def test_final_scrape_waits_for_counters_to_settle():
+    clock = VirtualClock()
+    rows = TelemetryRows()
+    pages = iter([_page(0, 10, 10, 0.1, 1), _page(0, 10, 10, 0.1, 1), _page(0, 12, 12, 0.1, 2),
+                  _page(0, 13, 13, 0.1, 3), _page(0, 13, 13, 0.1, 3), _page(0, 99, 99, 0.1, 9)])
+
+    async def fetch():
+        return next(pages)
+
+    async def main():
+        s = Scraper(fetch, clock, rows, interval_s=10.0)
+        s.start()
+        await clock.sleep(1)  # one tick at t=0
+        await s.stop(final=True, settle_s=5.0, poll_s=0.25)
+
+    clock.run(main)
+    out = summarize_telemetry(rows.columns())
+    assert out["counters"]["prefix_cache_hits_total"] == 3  # settled at 13, never read the later 99
+    assert rows.scrapes == 5
