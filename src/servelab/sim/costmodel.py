@@ -7,7 +7,8 @@ context), dense FFN or MoE (only the experts touched are read: the expected numb
 all-reduces and expert-parallel all-to-all (dispatch FP8, combine BF16; across nodes a token is sent once per
 remote node) as latency + bytes / link bandwidth; ``overlap`` (two micro-batches) hides communication behind
 compute at the price of reading the weights twice. Expert imbalance (max over GPUs / mean) scales the MoE
-compute unless ``eplb``. Pipeline stages run ``min(pp, seqs)`` micro-batches with a GPipe bubble. Fixed
+compute unless ``eplb``. Pipeline stages keep ``min(pp, seqs)`` micro-batches in flight across steps, so a
+step costs ``pp`` stage times of one micro-batch (no per-step bubble once every stage has work). Fixed
 per-step and per-layer overheads and the efficiency constants come from the hardware family.
 """
 
@@ -134,11 +135,16 @@ class CostModel:
         comm = self._allreduce(tok * m.hidden * ACT_BYTES, attn_tp)
         imb, a2a = 1.0, 0.0
         if not moe:
+            # Dense FFN: tp-sharded, or with data-parallel attention data-parallel too (each GPU holds the whole
+            # FFN and runs its own tokens, as SGLang and DeepSeek do for DeepSeek's first dense layers): no
+            # all-reduce then, instead of one over the whole (possibly multi-node) group.
+            ffn_tp = attn_tp
             tc, tm = self._roof(2 * m.dense_ffn_params * tok / tp, self.peak_w, self._eff(tok / tp * attn_tp),
-                                m.dense_ffn_params * self.wb / tp)
+                                m.dense_ffn_params * self.wb / ffn_tp)
             c += tc
             mem += tm
-            comm += self._allreduce(tok * m.hidden * ACT_BYTES, tp)
+            if ffn_tp > 1:
+                comm += self._allreduce(tok * m.hidden * ACT_BYTES, ffn_tp)
             return c, mem, comm, imb, a2a
         # MoE: shared experts and router like the projections; routed experts by touched count and load.
         other = m.shared_params + m.router_params
@@ -202,7 +208,7 @@ class CostModel:
         q = d.spec_tokens + 1
         tok = n_dec * q + p_tok
         if tok <= 0:
-            return StepCost(self.step_oh, 0.0, 0.0, 0.0, 1.0, 0.0)
+            return StepCost(self.step_oh * d.slowdown, 0.0, 0.0, 0.0, 1.0, 0.0)
         seqs = n_dec + (1 if p_tok else 0)
         mb = max(1, min(d.pp, seqs))  # pipeline micro-batches
         f = 1.0 / mb
@@ -238,22 +244,28 @@ class CostModel:
             a2a += n_layers * la2a * d.pp * mb
             imb = max(imb, limb)
         # LM head for the sampled positions (decode tokens and the last token of each prefill chunk).
-        logits = n_dec * q + (1 if p_tok else 0)
+        # With pipeline stages it runs on the last stage, once per micro-batch (reading its weights each time).
+        logits = (n_dec * q + (1 if p_tok else 0)) * f
         tc, tm = self._roof(2 * m.hidden * m.vocab * logits / d.tp, self.peak_a, self._eff(logits),
-                            m.hidden * m.vocab * 2 / d.attn_tp / max(1, d.pp))
+                            m.hidden * m.vocab * 2 / d.attn_tp)
         layer_time += tc + tm
         c, mem = c + tc, mem + tm
         if d.spec_tokens and n_dec:  # draft passes: one extra (MTP) layer per draft token
             draft = d.spec_tokens * layer_time / max(self.stage_layers * d.pp, 1) * n_dec * q / tok
             layer_time += draft
             c += draft
-        scale = (mb + d.pp - 1)  # GPipe schedule over mb micro-batches of 1/mb of the batch
+        # Pipeline stages: the engine keeps ``mb`` micro-batches in flight across steps (vLLM's virtual engines,
+        # TensorRT-LLM's in-flight batching), so in steady state every stage is busy and each micro-batch
+        # advances one token per trip through all ``pp`` stages: a step of the whole batch takes ``pp`` stage
+        # times of one micro-batch. With fewer sequences than stages (mb < pp) stages idle: still ``pp``.
+        scale = d.pp
         p2p = 0.0
         if d.pp > 1:
             bw, lat = (self.out_bw, self.out_lat) if d.tp >= d.gpus_per_node else (self.up_bw, self.up_lat)
             p2p = (d.pp - 1) * (lat + tok * f * m.hidden * ACT_BYTES / d.tp / bw)
         total = self.step_oh + scale * layer_time + p2p
-        return StepCost(total, c * scale, mem * scale, comm * scale + p2p, imb, a2a)
+        k = d.slowdown  # what-if: a slower or throttled device stretches every part of the step
+        return StepCost(total * k, c * scale * k, mem * scale * k, (comm * scale + p2p) * k, imb, a2a)
 
 
 def _q(x: float) -> int:

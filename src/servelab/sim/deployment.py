@@ -69,6 +69,7 @@ class Deployment:
     pd: str = ""  # "P:D" nodes for disaggregated prefill/decode; "" = co-located
     natural_median: int = 256  # median natural output length (lognormal), tokens
     natural_sigma: float = 0.8
+    slowdown: float = 1.0  # what-if: every step takes this many times longer (a slower or throttled device)
     memory: Memory | None = field(default=None, compare=False)
 
     # ------------------------------------------------------------------ construction
@@ -135,6 +136,9 @@ class Deployment:
             raise DeploymentError(
                 f"without chunked prefill max_num_batched_tokens ({d.max_num_batched_tokens}) must be at least "
                 f"max_model_len ({mml})", hint="enable_chunked_prefill=true, or lower max_model_len")
+        if not (d.slowdown > 0 and math.isfinite(d.slowdown)):
+            raise DeploymentError(f"slowdown={d.slowdown} must be a positive number (a factor on every step's time)",
+                                  hint="use e.g. slowdown=2 for a device twice as slow; 1 = as calibrated")
         if not 0.0 <= d.spec_acceptance <= 1.0 or d.spec_tokens < 0:
             raise DeploymentError("spec_acceptance must be in [0, 1] and spec_tokens >= 0")
         out = replace(d, tp=tp, dp=dp, kv_dtype=kv_dtype, max_model_len=mml)
@@ -217,7 +221,7 @@ def weight_bytes(d: Deployment) -> tuple[float, float]:
     stage_layers = math.ceil(m.layers / pp)
     frac_dense = m.n_dense_layers / m.layers
     per_gpu = stage_layers * (per_layer_attn / d.attn_tp
-                              + frac_dense * dense / d.tp
+                              + frac_dense * dense / d.attn_tp
                               + (1 - frac_dense) * (moe_experts / d.tp + moe_other / d.attn_tp))
     per_gpu += emb / d.attn_tp / min(pp, 2) + mtp / d.tp
     return per_gpu, total

@@ -6,6 +6,9 @@
 * ``sim:FILE.yaml`` - a YAML mapping with ``model``, ``hardware``, ``gpus`` (or ``nodes`` and
   ``gpus_per_node``), any setting below, and optionally ``catalog:`` (extra catalog files).
 
+What-if: ``slowdown=F`` (F > 0) multiplies every engine step's time - a slower or throttled device, for
+testing regression gates (``slowdown=2`` halves throughput at the same batch).
+
 Names are case-insensitive. Unknown models, hardware or keys raise :class:`TargetError` listing known ones.
 """
 
@@ -46,6 +49,7 @@ _KEYS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "spec_tokens": ("spec_tokens", int), "mtp": ("spec_tokens", int), "spec_acceptance": ("spec_acceptance", float),
     "pd": ("pd", str), "disagg": ("pd", str), "natural_median": ("natural_median", int),
     "natural_sigma": ("natural_sigma", float), "gpus_per_node": ("gpus_per_node", int),
+    "slowdown": ("slowdown", float),
 }
 
 _SPEC = re.compile(r"^(?P<model>[^@,]+)@(?:(?P<nodes>\d+)x)?(?P<count>\d+)x(?P<hw>[^,]+)$", re.IGNORECASE)
