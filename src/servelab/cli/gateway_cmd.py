@@ -16,6 +16,8 @@ from typing import Annotated, Any
 
 import typer
 
+from servelab.cli import flags
+
 
 def register(app: typer.Typer) -> None:
     app.command("gateway-overhead")(gateway_overhead)
@@ -66,20 +68,20 @@ def measure(cfg_direct: Any, cfg_via: Any, *, prime: bool, out_dir: Path,
 def gateway_overhead(
     direct: Annotated[str, typer.Option(help="The server's own base URL (http://127.0.0.1:8000/v1).")],
     via: Annotated[str, typer.Option(help="The gateway's base URL in front of the same server.")],
-    model: Annotated[str | None, typer.Option(help="Model name (default: the first the server lists).")] = None,
-    api: Annotated[str | None, typer.Option(help="chat or completions.")] = None,
-    concurrency: Annotated[int | None, typer.Option(help="Closed loop: concurrent users.")] = None,
-    rate: Annotated[float | None, typer.Option(help="Open loop: requests per second.")] = None,
-    arrival: Annotated[str | None, typer.Option(help="poisson, gamma or constant.")] = None,
+    model: flags.Model = None,
+    api: flags.Api = None,
+    concurrency: flags.Concurrency = None,
+    rate: flags.Rate = None,
+    arrival: flags.Arrival = None,
     requests: Annotated[int | None, typer.Option(help="Requests per run.")] = None,
     duration: Annotated[float | None, typer.Option(help="Seconds to send for, per run.")] = None,
     warmup: Annotated[int | None, typer.Option(help="First N requests of each run excluded.")] = None,
-    input_tokens: Annotated[int | None, typer.Option(help="Prompt tokens per request.")] = None,
-    output_tokens: Annotated[int | None, typer.Option(help="Output tokens (max_tokens) per request.")] = None,
-    ignore_eos: Annotated[bool | None, typer.Option("--ignore-eos", help="Force output lengths.")] = None,
-    stream: Annotated[bool | None, typer.Option("--stream/--no-stream", help="Stream responses (SSE).")] = None,
-    api_key_env: Annotated[str | None, typer.Option(help="Env var holding the API key (never stored).")] = None,
-    header: Annotated[list[str] | None, typer.Option(help="Extra header 'Name: value' (repeatable).")] = None,
+    input_tokens: flags.InputTokens = None,
+    output_tokens: flags.OutputTokens = None,
+    ignore_eos: flags.IgnoreEos = None,
+    stream: flags.Stream = None,
+    api_key_env: flags.ApiKeyEnv = None,
+    header: flags.Header = None,
     seed: Annotated[int | None, typer.Option(help="Seed: both runs send the same requests.")] = None,
     out: Annotated[str | None, typer.Option(help="Directory in which the pair's directory is created.")] = None,
     name: Annotated[str | None, typer.Option(help="Name (part of the directory name).")] = None,
@@ -92,8 +94,8 @@ def gateway_overhead(
     """Measure what a gateway adds: TTFT, ITL, e2e and throughput overhead with bootstrap intervals."""
     from servelab.records.rundir import create_run_dir, write_json
 
-    flags = {k: v for k, v in locals().items() if k not in ("direct", "via", "prime", "json_out", "config")}
-    cfg_direct, cfg_via = build_pair(config, flags, direct, via)
+    given = {k: v for k, v in locals().items() if k not in ("direct", "via", "prime", "json_out", "config")}
+    cfg_direct, cfg_via = build_pair(config, given, direct, via)
     out_dir = create_run_dir(cfg_direct.out, cfg_direct.name or "gateway")
     result = measure(cfg_direct, cfg_via, prime=prime, out_dir=out_dir, argv=["servelab", *sys.argv[1:]])
     write_json(out_dir / "gateway.json", result)

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
+from servelab.cli import flags
 from servelab.cli.trace_cmd import FORMAT_HELP, normalize_format, parse_options
 
 # flags of `run` that mean the same here (the rest are replay's own: --rate is the trace's rate)
@@ -23,10 +24,9 @@ def replay(
                                          "servelab: a run directory).")],
     format: Annotated[str | None, typer.Option("--format", "-f", help=FORMAT_HELP)] = None,
     speed: Annotated[float | None, typer.Option(help="Play the trace this many times faster (default 1).")] = None,
-    rate: Annotated[float | None, typer.Option(help="Scale time so the mean rate is R req/s (untimed traces: "
-                                                "start sessions at R/s, Poisson).")] = None,
+    rate: flags.Rate = None,
     start: Annotated[float | None, typer.Option(help="Window start, seconds into the trace.")] = None,
-    duration: Annotated[float | None, typer.Option(help="Window length, seconds of trace time.")] = None,
+    duration: flags.Duration = None,
     sample: Annotated[float | None, typer.Option(help="Keep this random fraction in (0, 1] (whole sessions; "
                                                   "arrival times kept).")] = None,
     max_requests: Annotated[int | None, typer.Option(help="Keep at most this many requests (whole sessions).")
@@ -37,31 +37,30 @@ def replay(
                                                      "stagger_s=30 (claude-code).")] = None,
     no_ignore_eos: Annotated[bool, typer.Option("--no-ignore-eos", help="Let the server end responses early "
                                                 "instead of forcing the trace's output lengths.")] = False,
-    target: Annotated[str | None, typer.Option(help="OpenAI-compatible base URL or a simulator: sim, "
-                                               "sim:MODEL@COUNTxHW[,k=v...], sim:FILE.yaml.")] = None,
-    model: Annotated[str | None, typer.Option(help="Model name (default: the first the server lists).")] = None,
-    api: Annotated[str | None, typer.Option(help="chat or completions.")] = None,
-    stream: Annotated[bool | None, typer.Option("--stream/--no-stream", help="Stream responses (SSE).")] = None,
-    api_key_env: Annotated[str | None, typer.Option(help="Env var holding the API key (never stored).")] = None,
-    header: Annotated[list[str] | None, typer.Option(help="Extra header 'Name: value' (repeatable).")] = None,
-    tokenizer: Annotated[str | None, typer.Option(help="Local tokenizer.json for prompt lengths.")] = None,
+    target: flags.Target = None,
+    model: flags.Model = None,
+    api: flags.Api = None,
+    stream: flags.Stream = None,
+    api_key_env: flags.ApiKeyEnv = None,
+    header: flags.Header = None,
+    tokenizer: flags.Tokenizer = None,
     warmup: Annotated[int | None, typer.Option(help="First N units (requests or sessions) excluded.")] = None,
-    slo_ttft_ms: Annotated[float | None, typer.Option(help="Goodput SLO on TTFT, ms.")] = None,
-    slo_itl_ms: Annotated[float | None, typer.Option(help="Goodput SLO on mean ITL, ms.")] = None,
-    slo_tpot_ms: Annotated[float | None, typer.Option(help="Goodput SLO on TPOT, ms.")] = None,
-    slo_e2e_ms: Annotated[float | None, typer.Option(help="Goodput SLO on end-to-end latency, ms.")] = None,
+    slo_ttft_ms: flags.SloTtft = None,
+    slo_itl_ms: flags.SloItl = None,
+    slo_tpot_ms: flags.SloTpot = None,
+    slo_e2e_ms: flags.SloE2e = None,
     seed: Annotated[int | None, typer.Option(help="Seed of --sample and of the prompt text.")] = None,
-    out: Annotated[str | None, typer.Option(help="Directory in which the run directory is created.")] = None,
-    name: Annotated[str | None, typer.Option(help="Run name (part of the directory name).")] = None,
-    config: Annotated[str | None, typer.Option("--config", help="YAML config file.")] = None,
+    out: flags.Out = None,
+    name: flags.Name = None,
+    config: flags.ConfigFile = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print summary.json instead of the table.")] = False,
-    report: Annotated[bool, typer.Option("--report/--no-report", help="Write report.html.")] = True,
+    report: flags.Report = True,
 ) -> None:
     """Replay a trace against a target and print the summary, with the replay's fidelity to the trace."""
     from servelab.bench.run import execute
     from servelab.cli.present import finish_run
 
-    flags = dict(locals())
+    given = dict(locals())
     workload = {
         "kind": "replay", "path": trace, "format": normalize_format(format), "speed": speed, "rate": rate,
         "start_s": start, "duration_s": duration, "sample": sample, "max_requests": max_requests,
@@ -69,7 +68,7 @@ def replay(
     }
     if no_ignore_eos:
         workload["ignore_eos"] = False
-    cfg = build_replay_config(config, flags, workload, concurrency)
+    cfg = build_replay_config(config, given, workload, concurrency)
     result = execute(cfg, argv=["servelab", *sys.argv[1:]], progress=not json_out, report=report)
     try:
         finish_run(result, json_out=json_out)

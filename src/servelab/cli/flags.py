@@ -1,0 +1,36 @@
+"""The flags commands share, declared once (same names, types and help everywhere)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+Target = Annotated[str | None, typer.Option(help="OpenAI-compatible base URL (http://127.0.0.1:8000/v1) or a "
+                                            "simulator: sim, sim:MODEL@COUNTxHW[,k=v...], sim:FILE.yaml.")]
+Model = Annotated[str | None, typer.Option(help="Model name (default: the first the server lists).")]
+Api = Annotated[str | None, typer.Option(help="chat or completions.")]
+Concurrency = Annotated[int | None, typer.Option(help="Closed loop: concurrent users.")]
+Rate = Annotated[float | None, typer.Option(help="Open loop: requests per second.")]
+Arrival = Annotated[str | None, typer.Option(help="poisson, gamma or constant.")]
+Burstiness = Annotated[float | None, typer.Option(help="Gamma shape (1 = Poisson, <1 burstier).")]
+Requests = Annotated[int | None, typer.Option(help="Requests to send.")]
+Duration = Annotated[float | None, typer.Option(help="Seconds to send for.")]
+Warmup = Annotated[int | None, typer.Option(help="First N requests excluded from figures.")]
+InputTokens = Annotated[int | None, typer.Option(help="Prompt tokens per request.")]
+OutputTokens = Annotated[int | None, typer.Option(help="Output tokens (max_tokens) per request.")]
+IgnoreEos = Annotated[bool | None, typer.Option("--ignore-eos", help="Force output lengths.")]
+Stream = Annotated[bool | None, typer.Option("--stream/--no-stream", help="Stream responses (SSE).")]
+ApiKeyEnv = Annotated[str | None, typer.Option(help="Env var holding the API key (never stored).")]
+Header = Annotated[list[str] | None, typer.Option(help="Extra header 'Name: value' (repeatable).")]
+Tokenizer = Annotated[str | None, typer.Option(help="Local tokenizer.json for prompt lengths.")]
+SloTtft = Annotated[float | None, typer.Option(help="Goodput SLO on TTFT, ms.")]
+SloItl = Annotated[float | None, typer.Option(help="Goodput SLO on mean ITL, ms.")]
+SloTpot = Annotated[float | None, typer.Option(help="Goodput SLO on TPOT, ms.")]
+SloE2e = Annotated[float | None, typer.Option(help="Goodput SLO on end-to-end latency, ms.")]
+Seed = Annotated[int | None, typer.Option(help="Seed: same seed, same requests.")]
+Out = Annotated[str | None, typer.Option(help="Directory in which the run directory is created.")]
+Name = Annotated[str | None, typer.Option(help="Run name (part of the directory name).")]
+ConfigFile = Annotated[str | None, typer.Option("--config", help="YAML config file.")]
+JsonOut = Annotated[bool, typer.Option("--json", help="Print the JSON result instead of the table.")]
+Report = Annotated[bool, typer.Option("--report/--no-report", help="Write report.html.")]
