@@ -63,6 +63,8 @@ def compare(
     allow_diff: Annotated[list[str] | None, typer.Option(help="A dimension allowed to differ besides the one "
                                                          "varied (repeatable).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON.")] = False,
+    report: Annotated[str | None, typer.Option(help="Also write an HTML report of A with the comparison "
+                                               "table to this file.")] = None,
 ) -> None:
     """Compare runs fairly: refuse when more than one dimension differs; figures with intervals and verdicts."""
     from servelab.analysis.compare import check_fair, compare_figures
@@ -77,6 +79,8 @@ def compare(
         for level in sorted(set(base["levels"]) & set(other["levels"]), key=lambda v: (v is None, v)):
             rows = compare_figures(base["levels"][level][1], other["levels"][level][1])
             result["figures"].append({"a": base["name"], "b": other["name"], "level": level, "rows": rows})
+    if report:
+        _write_report(runs[0], result, report)
     if json_out:
         sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode() + "\n")
         return
@@ -98,6 +102,20 @@ def compare(
             ci = f"[{_fmt(r.get('lo'))}, {_fmt(r.get('hi'))}]"
             ft.add_row(r["figure"], _fmt(r.get("a")), _fmt(r.get("b")), _fmt(r.get("diff")), ci, r["verdict"])
         con.print(ft)
+
+
+def _write_report(first: str, result: dict[str, Any], out: str) -> None:
+    from servelab.records.rundir import is_run_dir
+    from servelab.report.html import write_run_report
+
+    if not is_run_dir(first):
+        raise ConfigError("--report writes the comparison into run A's report: A must be a run directory",
+                          hint="for sweeps, compare with --json and use `servelab report SWEEP_DIR`")
+    block = result["figures"][0] if result["figures"] else None
+    comparison = {"names": [block["a"], block["b"]] if block else result["names"][:2], "diff": result["diff"],
+                  "figures": block["rows"] if block else []}
+    path = write_run_report(Path(first), Path(out), comparison=comparison)
+    Console(stderr=True, soft_wrap=True).print(f"report written to {path}", highlight=False)
 
 
 def _fraction(text: str) -> float:
