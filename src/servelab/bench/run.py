@@ -76,7 +76,7 @@ def execute(
             loop = asyncio.get_running_loop()
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.add_signal_handler(signal.SIGINT, runner.request_stop)
-            telemetry.start()
+            await telemetry.start()
             # Everything set up so far lives for the whole run: keep the collector from re-walking it,
             # so full collections do not stall the measurement.
             gc.collect()

@@ -51,9 +51,10 @@ class RunTelemetry:
                 self.scrapers.append(Scraper(fetch_nvml, clock, self.rows, source="nvml",
                                              interval_s=tc.interval_s, parse=lambda x: x))
 
-    def start(self) -> None:
+    async def start(self) -> None:
+        """Baselines first: a counter's delta must not miss what the first requests add."""
         for s in self.scrapers:
-            s.start()
+            await s.begin()
 
     async def stop(self) -> None:
         for s in self.scrapers:

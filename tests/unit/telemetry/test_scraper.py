@@ -71,3 +71,23 @@ def test_final_scrape_waits_for_counters_to_settle():
     out = summarize_telemetry(rows.columns())
     assert out["counters"]["prefix_cache_hits_total"] == 3  # settled at 13, never read the later 99
     assert rows.scrapes == 5
+
+
+def test_begin_takes_the_baseline_before_returning():
+    clock = VirtualClock()
+    rows = TelemetryRows()
+    seen: list[int] = []
+
+    async def fetch():
+        seen.append(clock.now())
+        return _page(0, 1, 1, 0.1, 1)
+
+    async def main():
+        s = Scraper(fetch, clock, rows, interval_s=1.0)
+        await s.begin()
+        assert seen == [0]  # taken before any load could start
+        await clock.sleep(2.5)
+        await s.stop(final=False)
+
+    clock.run(main)
+    assert seen == [0, NS_PER_S, 2 * NS_PER_S]
