@@ -100,10 +100,10 @@ def loss(rows: list[tuple[str, str, float, float]]) -> float:
 
 def fit(base: Family) -> Family:
     grid = {
-        "compute_eff": (0.45, 0.55, 0.65, 0.75),
-        "decode_compute_eff": (0.35, 0.45, 0.55),
-        "mem_eff": (0.75, 0.85),
-        "comm_eff": (0.7, 0.85, 1.0),
+        "compute_eff": (0.55, 0.6, 0.65, 0.7),
+        "decode_compute_eff": (0.5, 0.55, 0.6),
+        "mem_eff": (0.8, 0.85),
+        "comm_eff": (0.7, 0.75, 0.8, 0.85),
     }
     best, best_loss = base, math.inf
     for vals in itertools.product(*grid.values()):

@@ -26,6 +26,10 @@ ACT_BYTES = 2.0  # activations travel in BF16
 DISPATCH_BYTES = 1.0  # DeepEP-style FP8 dispatch
 COMBINE_BYTES = 2.0  # BF16 combine
 LL_TOKENS = 256  # up to this many tokens per GPU, all-to-all uses low-latency kernels (no per-node dedup)
+# Normal-mode (throughput) all-to-all kernels run on SMs: DeepEP's take 24 of an H800's 132 in DeepSeek's and
+# SGLang's prefill. While they overlap the other micro-batch's compute, that compute gets the rest. The
+# low-latency kernels move data without occupying SMs, so decode overlap keeps every SM.
+A2A_SM_SHARE = 24 / 132
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +169,8 @@ class CostModel:
         if ep > 1:
             t_a2a, a2a = self._all_to_all(tok)
             comm += t_a2a
+            if d.overlap and tok / d.tp > LL_TOKENS:
+                c /= 1.0 - A2A_SM_SHARE
         if d.moe_tp > 1 or (attn_tp == 1 and ep == 1 and tp > 1):
             comm += self._allreduce(tok * m.hidden * ACT_BYTES, d.moe_tp if attn_tp > 1 else tp)
         return c, mem, comm, imb, a2a
