@@ -80,11 +80,8 @@ class Scraper:
         return tuple(sorted((s.raw_name, s.labels, s.value) for s in self._last
                             if s.raw_name.endswith(("_total", "_count"))))
 
-    async def _loop(self, first_scrape: bool) -> None:
+    async def _loop(self) -> None:
         next_t = self.clock.now()
-        if not first_scrape:  # the caller took the baseline already
-            next_t += self.interval_ns
-            await self.clock.sleep_until(next_t)
         while True:
             await self.scrape_once()
             next_t += self.interval_ns
@@ -94,12 +91,14 @@ class Scraper:
             await self.clock.sleep_until(next_t)
 
     def start(self) -> None:
-        self._task = asyncio.ensure_future(self._loop(first_scrape=True))
+        self._task = asyncio.ensure_future(self._loop())
 
     async def begin(self) -> None:
-        """Take the baseline scrape now (before any load is sent), then poll in the background."""
+        """Take the baseline scrape now (before any load is sent), then poll in the background; the first
+        poll runs as soon as the caller yields (the load has just started), so even a run shorter than one
+        interval is seen under load."""
         await self.scrape_once()
-        self._task = asyncio.ensure_future(self._loop(first_scrape=False))
+        self._task = asyncio.ensure_future(self._loop())
 
     async def stop(self, final: bool = True, settle_s: float = 0.0, poll_s: float = 0.25) -> None:
         """Stop polling; with ``final``, take the end state so counters' deltas cover the whole run.

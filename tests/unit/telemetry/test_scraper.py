@@ -90,4 +90,4 @@ def test_begin_takes_the_baseline_before_returning():
         await s.stop(final=False)
 
     clock.run(main)
-    assert seen == [0, NS_PER_S, 2 * NS_PER_S]
+    assert seen == [0, 0, NS_PER_S, 2 * NS_PER_S]  # baseline, then the first poll under load
