@@ -22,7 +22,7 @@ from servelab.config.models import RunConfig
 from servelab.errors import TargetError
 from servelab.load.runner import Runner, RunOutcome
 from servelab.records.journal import Journal
-from servelab.records.manifest import build_manifest, utc_now_iso
+from servelab.records.manifest import build_manifest, redact, utc_now_iso
 from servelab.records.rundir import create_run_dir, write_json, write_parquet_from_journal
 
 
@@ -54,10 +54,12 @@ def execute(
     sink = RecordSink(journal, on_request=live.update)
     started_at = utc_now_iso()
     config_dict = cfg.model_dump(mode="json")
-    manifest: dict[str, Any] = build_manifest(
-        config=config_dict, argv=argv or [], target={}, seed=cfg.seed, started_at=started_at,
-        extra=manifest_extra,
-    )
+
+    def manifest_for(target: dict[str, Any]) -> dict[str, Any]:
+        return build_manifest(config=config_dict, argv=argv or [], target=target, seed=cfg.seed,
+                              started_at=started_at, extra=manifest_extra)
+
+    manifest = manifest_for({})
     write_json(run_dir / "manifest.json", manifest)
     state: dict[str, Any] = {}
 
@@ -65,10 +67,8 @@ def execute(
         transport = make_transport(cfg.target, clock, concurrency=_pool_size(cfg), seed=cfg.seed)
         try:
             facts = await transport.describe()
-            manifest["target"] = _target_facts(cfg, facts)
-            write_json(run_dir / "manifest.json", build_manifest(
-                config=config_dict, argv=argv or [], target=manifest["target"], seed=cfg.seed,
-                started_at=started_at, extra=manifest_extra))
+            manifest["target"] = redact(_target_facts(cfg, facts))
+            write_json(run_dir / "manifest.json", manifest)
             work = await prepare_work(cfg, transport, clock, sink)
             state["work"] = work
             runner = Runner(clock, plan_for(cfg, work.count_hint, work.offsets_ns, work.extra_drain_s))
@@ -96,12 +96,11 @@ def execute(
             outcome = clock.run(main)
         finally:
             journal.close()
-    return _finish(cfg, run_dir, sink, outcome, manifest, state, report, argv, started_at, manifest_extra)
+    return _finish(cfg, run_dir, sink, outcome, manifest, state, report, clock.virtual)
 
 
 def _finish(cfg: RunConfig, run_dir: Path, sink: RecordSink, outcome: RunOutcome, manifest: dict[str, Any],
-            state: dict[str, Any], report: bool, argv: list[str] | None, started_at: str,
-            manifest_extra: dict[str, Any] | None) -> RunResult:
+            state: dict[str, Any], report: bool, virtual: bool) -> RunResult:
     write_parquet_from_journal(run_dir)
     extra: dict[str, Any] = {
         "stopped_by": outcome.stopped_by,
@@ -127,12 +126,10 @@ def _finish(cfg: RunConfig, run_dir: Path, sink: RecordSink, outcome: RunOutcome
         if telemetry.engine and not manifest.get("target", {}).get("engine"):
             manifest.setdefault("target", {})["engine"] = telemetry.engine
     write_json(run_dir / "summary.json", summary)
-    final = build_manifest(config=cfg.model_dump(mode="json"), argv=argv or [], target=manifest.get("target", {}),
-                           seed=cfg.seed, started_at=started_at, extra=manifest_extra)
-    final["ended_at"] = utc_now_iso()
-    final["clock"] = {"kind": "virtual" if outcome.started_ns == 0 and cfg.target.is_sim else "monotonic",
-                      "started_ns": outcome.started_ns, "ended_ns": outcome.ended_ns}
-    write_json(run_dir / "manifest.json", final)
+    manifest["ended_at"] = utc_now_iso()
+    manifest["clock"] = {"kind": "virtual" if virtual else "monotonic",
+                         "started_ns": outcome.started_ns, "ended_ns": outcome.ended_ns}
+    write_json(run_dir / "manifest.json", manifest)
     result = RunResult(run_dir, summary, outcome, cfg)
     if report:
         result.report_path = _write_report(run_dir, result)
@@ -140,10 +137,8 @@ def _finish(cfg: RunConfig, run_dir: Path, sink: RecordSink, outcome: RunOutcome
 
 
 def _write_report(run_dir: Path, result: RunResult) -> Path | None:
-    try:
-        from servelab.report.html import write_run_report
-    except ImportError:
-        return None
+    from servelab.report.html import write_run_report
+
     try:
         return write_run_report(run_dir)
     except Exception as e:  # noqa: BLE001 - a report failure must not lose the measured run
