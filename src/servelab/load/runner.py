@@ -62,6 +62,7 @@ class Runner:
         self._interrupted = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._next = 0
+        self._cancelled_on_interrupt = 0
 
     def request_stop(self, interrupt: bool = True) -> None:
         """Stop issuing work; with ``interrupt`` also cancel what is in flight (Ctrl-C)."""
@@ -69,7 +70,8 @@ class Runner:
         self._stop.set()
         if interrupt:
             for t in list(self._tasks):
-                t.cancel()
+                if t.cancel():
+                    self._cancelled_on_interrupt += 1
 
     @property
     def in_flight(self) -> int:
@@ -98,6 +100,7 @@ class Runner:
             out.ended_ns = self.clock.now()
         if self._interrupted:
             out.stopped_by = "interrupt"
+            out.cancelled_in_flight += self._cancelled_on_interrupt
         return out
 
     def _spawn(self, job: Job, index: int, intended_ns: int, warm: bool, out: RunOutcome) -> asyncio.Task[None]:

@@ -87,4 +87,5 @@ def test_interrupt_cancels_in_flight_and_stops_issuing():
     out = clock.run(main)
     assert out.stopped_by == "interrupt"
     assert seen == ["cancelled"] * 3
+    assert out.cancelled_in_flight == 3
     assert out.issued == 3
