@@ -9,13 +9,16 @@ A session (one task) is a list of steps a user writes in YAML, each chosen by ``
 * ``think`` - the user's think time.
 * ``repeat`` - a block of steps run N times (N from a distribution).
 
+With ``live`` set, model steps send OpenAI ``tools`` and follow the ``tool_calls`` the model returns (each
+call "runs" as a simulated or real tool from ``live.tool_results``) until it answers without one.
+
 Sampling and execution live in ``servelab.workload.agent`` and ``servelab.load.session``.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
@@ -188,6 +191,57 @@ class AcceptanceConfig(Strict):
         return self
 
 
+class LiveTool(_ActionStep):
+    """How one tool the model may call "runs" in live mode: simulated (duration, size) or for real."""
+
+
+class LiveConfig(Strict):
+    """Live mode: model steps send ``tools`` and follow the ``tool_calls`` the model returns."""
+
+    tools: list[dict[str, Any]] = Field(
+        min_length=1,
+        description="OpenAI tool definitions sent with every model request, e.g. {type: function, function: "
+        "{name: search, description: ..., parameters: {type: object, properties: {...}}}}.",
+    )
+    max_turns: int = Field(
+        default=8, ge=1, description="Model requests per model step at most (the first one included)."
+    )
+    on_max_turns: Literal["fail", "stop"] = Field(
+        default="fail",
+        description="When the model still calls tools on its last allowed turn: fail the session, or stop "
+        "(drop those calls, keep that answer as the step's output and go on).",
+    )
+    tool_results: dict[str, LiveTool] = Field(
+        default_factory=dict, description="Per tool name: duration, result size, failures, or a real command/url."
+    )
+    default_tool: LiveTool = Field(
+        default_factory=LiveTool, description="For a called tool not listed in tool_results."
+    )
+
+    @field_validator("tools")
+    @classmethod
+    def _openai_tools(cls, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for i, t in enumerate(tools):
+            fn = t.get("function")
+            if t.get("type") != "function" or not isinstance(fn, dict) or not isinstance(fn.get("name"), str) \
+                    or not fn["name"]:
+                raise ValueError(f"tools.{i} must be an OpenAI tool: {{type: function, function: {{name: ..., "
+                                 f"parameters: {{...}}}}}}; got {t!r}")
+        return tools
+
+    @model_validator(mode="after")
+    def _known_names(self) -> LiveConfig:
+        names = self.tool_names
+        for name in self.tool_results:
+            if name not in names:
+                raise ValueError(f"tool_results names '{name}', which is not among tools {sorted(names)}")
+        return self
+
+    @property
+    def tool_names(self) -> set[str]:
+        return {t["function"]["name"] for t in self.tools}
+
+
 class SessionConfig(Strict):
     """One agent task (a session): what it sends, step by step, and how it copes with failures."""
 
@@ -208,6 +262,11 @@ class SessionConfig(Strict):
     policy: SessionPolicy = Field(default_factory=SessionPolicy, description="Retries, deadlines, give-up.")
     acceptance: AcceptanceConfig | None = Field(
         default=None, description="Check on the final model output; None accepts every completed session."
+    )
+    live: LiveConfig | None = Field(
+        default=None,
+        description="Live mode: model steps send these tools and follow the model's tool calls (None: scripted). "
+        "ignore_eos then defaults to false so the model can stop after a tool call.",
     )
 
     @field_validator("user_tokens", mode="before")

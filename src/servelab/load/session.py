@@ -9,6 +9,12 @@ after K failures, per-step timeouts and a session deadline. Every request attemp
 
 A server fault is never an exception here: it is a failed attempt, then a failed step, then (retries
 spent) a failed session.
+
+Live mode (``plan.live``): each model step sends the plan's OpenAI ``tools``; while the answer holds
+``tool_calls``, each call runs as a tool action (simulated or real, retried by the policy), the assistant
+message with its calls and one ``tool`` message per result join the conversation, and the model is asked
+again, up to ``max_turns`` requests per step. Live tool retries are silent (no correction turn: a tool
+call must be answered by its result before the model speaks again).
 """
 
 from __future__ import annotations
@@ -68,7 +74,8 @@ async def run_session(
     On cancellation the session record (status ``cancelled``) and a ``cancelled`` record of the request in
     flight are still emitted, then the cancellation propagates.
     """
-    if clock.virtual and any(isinstance(s, Action) and (s.command or s.url) for s in plan.steps):
+    if clock.virtual and (any(isinstance(s, Action) and (s.command or s.url) for s in plan.steps)
+                          or (plan.live is not None and plan.live.real)):
         raise ConfigError(
             f"session '{plan.profile}' runs a real command or url, which cannot be timed on virtual time",
             hint="against the simulator give tool steps a duration_s instead of command/url",
@@ -88,6 +95,8 @@ class _Session:
                  warmup: bool, api: str, stream: bool, extra_body: dict[str, Any]) -> None:
         self.plan, self.tr, self.clock, self.ids, self.emit, self.texts = plan, transport, clock, ids, on_record, texts
         self.api, self.stream, self.extra_body = api, stream, extra_body
+        if plan.live is not None:
+            self.extra_body = {**extra_body, "tools": plan.live.tools}
         self.warmup = warmup
         now = clock.now()
         self.intended_ns = now if intended_ns is None else intended_ns
@@ -122,7 +131,10 @@ class _Session:
                 if isinstance(step, ModelTurn):
                     if step.user_tokens:
                         self._add_user(step.user_tokens)
-                    self.final = await self._model(step.name, step.output_tokens, step.timeout_s)
+                    if plan.live is None:
+                        self.final = await self._model(step.name, step.output_tokens, step.timeout_s)
+                    else:
+                        self.final = await self._live(step)
                 elif isinstance(step, Action):
                     await self._action(step)
                 else:
@@ -231,8 +243,12 @@ class _Session:
             if r.status == OK:
                 rec.turns += 1
                 out = r.completion_tokens
-                text = r.output_text or self.texts.text(out, self._key())
-                self.messages.append({"role": "assistant", "content": text})
+                if r.tool_calls:
+                    self.messages.append({"role": "assistant", "content": r.output_text or None,
+                                          "tool_calls": r.tool_calls})
+                else:
+                    text = r.output_text or self.texts.text(out, self._key())
+                    self.messages.append({"role": "assistant", "content": text})
                 self.ctx_tokens += out
                 return r
             if r.status == TIMEOUT:
@@ -272,7 +288,31 @@ class _Session:
             end_ns=self.clock.now(), est_prompt_tokens=req.est_prompt_tokens, requested_output_tokens=req.max_tokens,
         ))
 
-    async def _action(self, a: Action) -> None:
+    async def _live(self, step: ModelTurn) -> RequestRecord:
+        """One model step in live mode: ask, run the tool calls, ask again, until a plain answer."""
+        live = self.plan.live
+        assert live is not None
+        for turn in range(live.max_turns):
+            name = step.name if turn == 0 else f"{step.name}.live{turn}"
+            r = await self._model(name, step.output_tokens, step.timeout_s)
+            calls = r.tool_calls
+            if not calls:
+                return r
+            if turn + 1 == live.max_turns:
+                if live.fail_at_max:
+                    raise _Stop(S_FAILED, f"model step {step.name}: the model still called tools "
+                                f"({', '.join(_call_name(c) for c in calls)}) after max_turns {live.max_turns}")
+                del self.messages[-1]["tool_calls"]  # keep a valid conversation: no call without a result
+                if self.messages[-1]["content"] is None:
+                    self.messages[-1]["content"] = ""
+                return r
+            for call in calls:
+                text = await self._action(live.action(_call_name(call)), live=True)
+                self.messages.append({"role": "tool", "tool_call_id": call.get("id") or "", "content": text})
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _action(self, a: Action, live: bool = False) -> str:
+        """Run one action with retries; its result text (live: returned only; else queued for the model)."""
         rec, pol = self.rec, self.plan.policy
         tries = len(a.failures)
         field = _TIME_FIELD[a.kind]
@@ -288,9 +328,11 @@ class _Session:
             finally:
                 setattr(rec, field, getattr(rec, field) + self.clock.now() - t0)
             if ok:
-                self.pending.append(self.texts.text(a.result_tokens, self._key()))
+                text = self.texts.text(a.result_tokens, self._key())
+                if not live:
+                    self.pending.append(text)
                 self.ctx_tokens += a.result_tokens
-                return
+                return text
             rec.tool_failures += 1
             if timed_out:
                 rec.timeouts += 1
@@ -298,12 +340,12 @@ class _Session:
                     raise _Stop(S_TIMED_OUT, f"session deadline {pol.deadline_s}s passed in {a.kind} {a.name}")
             what = f"{a.kind} step {a.name}: {err}"
             self._failed_attempt(what)
-            if a.error_tokens:
+            if a.error_tokens and not live:
                 self.pending.append(self.texts.text(a.error_tokens, self._key()))
                 self.ctx_tokens += a.error_tokens
             if attempt + 1 < tries:
                 rec.retries += 1
-                if pol.correction and attempt < len(a.correction_tokens):
+                if pol.correction and not live and attempt < len(a.correction_tokens):
                     await self._model(f"{a.name}.correction{attempt + 1}", a.correction_tokens[attempt], None)
                 await self._backoff(attempt + 1)
         raise _Stop(S_FAILED, f"{what}; failed {tries} attempt(s)")
@@ -337,6 +379,11 @@ class _Session:
             await self.clock.sleep(t.duration_s)
         finally:
             self.rec.think_ns += self.clock.now() - t0
+
+
+def _call_name(call: dict[str, Any]) -> str:
+    fn = call.get("function")
+    return str(fn.get("name") or "") if isinstance(fn, dict) else ""
 
 
 # ---- real tool execution (wall clock only) ---------------------------------------------------------------

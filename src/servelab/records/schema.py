@@ -60,6 +60,9 @@ class RequestRecord:
     srv_comm_ns: int | None = None
     # Not written to Parquet: the generated text, kept in memory for agent acceptance checks.
     output_text: str = ""
+    # Not written to Parquet: the tool calls the model returned ({id, type, function: {name, arguments}}),
+    # kept in memory for live agent sessions; None when the answer had none.
+    tool_calls: list[dict[str, Any]] | None = None
 
     @property
     def prompt_tokens(self) -> int | None:
@@ -72,7 +75,8 @@ class RequestRecord:
         return self.est_completion_tokens
 
 
-REQUEST_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(RequestRecord) if f.name != "output_text")
+_IN_MEMORY_ONLY = ("output_text", "tool_calls")
+REQUEST_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(RequestRecord) if f.name not in _IN_MEMORY_ONLY)
 
 
 def record_to_row(r: RequestRecord) -> dict[str, Any]:

@@ -22,6 +22,7 @@ import orjson
 from servelab.records.schema import DISCONNECTED, HTTP_ERROR, MALFORMED, OK, TIMEOUT, RequestRecord
 from servelab.transport._pool import Conn
 from servelab.transport._shape import learn_shape
+from servelab.transport._toolcalls import add_tool_deltas, tool_call_list
 from servelab.transport._wire import error_message, error_text
 from servelab.transport.sse import DONE, SSEParser
 
@@ -40,7 +41,7 @@ class ModelExchange:
     __slots__ = (
         "rec", "_now", "conn", "fut", "parser", "_t", "_mode", "_sse", "_body", "_text", "_times",
         "_done_ns", "_finished", "_framed", "_ctype", "_keep", "_timer", "_total_s", "_stream",
-        "_usage_seen", "_pre", "_suf", "_cut_a", "_cut_b", "_learns", "_total_at",
+        "_usage_seen", "_pre", "_suf", "_cut_a", "_cut_b", "_learns", "_total_at", "_tools",
     )
 
     def __init__(self, rec: RequestRecord, now: Callable[[], int], conn: Conn, stream: bool,
@@ -70,6 +71,7 @@ class ModelExchange:
         self._cut_a = self._cut_b = 0
         self._learns = 0
         self._total_at = 0.0  # loop time of the total deadline
+        self._tools: dict[int, list] | None = None  # streamed tool calls by index: [id, type, names, args]
 
     # -- timers -------------------------------------------------------------------------------------
 
@@ -238,10 +240,11 @@ class ModelExchange:
         try:
             obj = _loads(data)
             c = obj["choices"][0]
-            content = c["delta"]["content"]
+            delta = c["delta"]
+            content = delta["content"]
         except Exception:
             return self._other(data)
-        if not content or content.__class__ is not str:
+        if not content or content.__class__ is not str or "tool_calls" in delta:
             return self._other(data)
         t = self._t
         rec = self.rec
@@ -290,6 +293,10 @@ class ModelExchange:
             else:
                 content = c.get("text")
                 reasoning = tool = None
+            if tool:
+                if self._tools is None:
+                    self._tools = {}
+                add_tool_deltas(self._tools, tool)
             if content or reasoning or tool:
                 t = self._t
                 rec = self.rec
@@ -377,6 +384,9 @@ class ModelExchange:
             rec.first_content_ns = t
         if reasoning:
             rec.first_reasoning_ns = t
+        if tool.__class__ is list:
+            self._tools = {}
+            add_tool_deltas(self._tools, [dict(x, index=i) for i, x in enumerate(tool) if x.__class__ is dict])
         produced = rec.usage_completion_tokens
         if not (content or reasoning or tool) and not produced:
             self.finish(MALFORMED, "response carries no generated text and no completion tokens")
@@ -401,6 +411,8 @@ class ModelExchange:
             rec.end_ns = self._t
         if self._text:
             rec.output_text = "".join(self._text)
+        if self._tools:
+            rec.tool_calls = tool_call_list(self._tools)
         if status != OK or rec.est_completion_tokens == 0:
             rec.est_completion_tokens = len(self._times)
         if self._timer is not None:

@@ -18,6 +18,8 @@ import numpy as np
 
 from servelab.config.agent import (
     AcceptanceConfig,
+    LiveConfig,
+    LiveTool,
     ModelStep,
     RepeatStep,
     SessionConfig,
@@ -143,6 +145,43 @@ class Policy:
         return base * (1.0 - self.jitter * (1.0 - u))
 
 
+class LivePlan:
+    """Live mode: the tools sent with each model request, and how each tool the model calls runs.
+
+    Tool calls are not known in advance, so their draws (duration per attempt, failure, result size) are
+    made when a call arrives, from the session's own generator: same session, same answers, same draws.
+    """
+
+    __slots__ = ("tools", "max_turns", "fail_at_max", "_specs", "_default", "_draw", "_attempts")
+
+    def __init__(self, cfg: LiveConfig, draw: _Draw, attempts: int) -> None:
+        self.tools = cfg.tools
+        self.max_turns = cfg.max_turns
+        self.fail_at_max = cfg.on_max_turns == "fail"
+        self._specs = cfg.tool_results
+        self._default = cfg.default_tool
+        self._draw = draw
+        self._attempts = attempts
+
+    @property
+    def real(self) -> bool:
+        """Whether some tool runs a real command or url (wall clock only)."""
+        return any(t.command or t.url for t in (self._default, *self._specs.values()))
+
+    def action(self, name: str) -> Action:
+        """A concrete tool action for one call of ``name`` (an unlisted name runs as ``default_tool``)."""
+        t: LiveTool = self._specs.get(name, self._default)
+        draw = self._draw
+        return Action(
+            kind="tool", name=name or "tool",
+            durations_s=tuple(max(0.0, draw(t.duration_s)) for _ in range(self._attempts)),
+            failures=tuple(bool(x) for x in draw.rng.random(self._attempts) < t.failure_prob),
+            result_tokens=draw.tokens(t.result_tokens), error_tokens=draw.tokens(t.error_tokens),
+            timeout_s=t.timeout_s, command=tuple(t.command) if t.command else None, url=t.url, method=t.method,
+            body=t.body,
+        )
+
+
 @dataclass(slots=True)
 class SessionPlan:
     """Everything one session will do, concrete."""
@@ -158,6 +197,7 @@ class SessionPlan:
     temperature: float = 0.0
     ignore_eos: bool = True
     seed: int = 0  # for runtime draws (backoff jitter)
+    live: LivePlan | None = None  # live mode: follow the model's tool calls
 
     @property
     def model_turns(self) -> int:
@@ -198,12 +238,19 @@ def build_plan(spec: SessionConfig, session_id: int, seed: int = 0) -> SessionPl
     )
     steps: list[PlanStep] = []
     _unroll(spec.steps, draw, spec, steps, path="steps")
+    live = None
+    ignore_eos = spec.ignore_eos
+    if spec.live is not None:
+        live_rng = np.random.default_rng([seed & 0xFFFFFFFF, session_id & 0xFFFFFFFF, 0x11FE])
+        live = LivePlan(spec.live, _Draw(live_rng), 1 + pol.retry.max_retries)
+        if "ignore_eos" not in spec.model_fields_set:
+            ignore_eos = False  # let the model stop after a tool call
     return SessionPlan(
         session_id=session_id, profile=spec.name, system_tokens=spec.system_tokens,
         user_tokens=draw.tokens(spec.user_tokens, 1), steps=steps, policy=policy,
         acceptance=Acceptance.from_config(spec.acceptance) if spec.acceptance else None,
-        shared_system=spec.shared_system, temperature=spec.temperature, ignore_eos=spec.ignore_eos,
-        seed=int(rng.integers(0, 2**31)),
+        shared_system=spec.shared_system, temperature=spec.temperature, ignore_eos=ignore_eos,
+        seed=int(rng.integers(0, 2**31)), live=live,
     )
 
 
