@@ -111,6 +111,30 @@ def _overview(summary: Mapping[str, Any]) -> Table:
     return _kv_table(rows)
 
 
+def _agents(summary: Mapping[str, Any]) -> Table | None:
+    """Tasks, not requests: sessions, tasks per hour, task time, where the time went, cost per task."""
+    ses = summary.get("sessions")
+    if not ses:
+        return None
+    task, split = summary.get("task_ms") or {}, summary.get("time_split") or {}
+    rows: list[tuple[str, str | Text]] = [
+        ("sessions", f"{fmt(ses.get('started'))} started, {fmt(ses.get('completed'))} completed, "
+                     f"{fmt(ses.get('accepted'))} accepted, {fmt(ses.get('failed'))} failed, "
+                     f"{fmt(ses.get('timed_out'))} timed out; {fmt(ses.get('retries'))} retries, "
+                     f"{fmt(ses.get('tool_failures'))} tool failures"),
+        ("tasks", f"{fmt(summary.get('tasks_per_hour'))} per hour; task time p50 {fmt(task.get('p50'))} ms, "
+                  f"p95 {fmt(task.get('p95'))} ms, p99 {fmt(task.get('p99'))} ms (n {fmt(task.get('n'))})"),
+        ("time split", ", ".join(f"{k} {fmt_pct(v)}" for k, v in split.items()) or "-"),
+    ]
+    cost = summary.get("cost")
+    if cost:
+        rows.append(("cost", f"${fmt(cost.get('per_successful_task'))} per successful task, "
+                             f"${fmt(cost.get('per_million_output_tokens'))} per million output tokens "
+                             f"(model ${fmt(cost.get('model'))}, tool ${fmt(cost.get('tool'))}, orchestration "
+                             f"${fmt(cost.get('orchestration'))}, failures ${fmt(cost.get('failure'))})"))
+    return _kv_table(rows)
+
+
 def fmt_pct(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.1f}%"
 
@@ -119,6 +143,9 @@ def render_summary(summary: Mapping[str, Any], console: Console, title: str = "s
     """Print the run's figures: a metric table, throughput, tokens, errors, goodput, warnings, validity."""
     console.print(metrics_table(summary, title=title))
     console.print(_overview(summary))
+    agents = _agents(summary)
+    if agents is not None:
+        console.print(agents)
     for w in summary.get("warnings", []):
         console.print(Text(f"warning: {w}", style="yellow"))
     if summary.get("valid", True):

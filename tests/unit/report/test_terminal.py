@@ -74,3 +74,23 @@ def test_progress_line():
     assert line.startswith("11 done | 1 errors")
     assert "p50 TTFT 24" in line  # nearest rank of 20..29 ms is 24
     assert "req/s" in line
+
+
+def test_agent_runs_show_tasks_time_split_and_cost():
+    from rich.console import Console
+
+    from servelab.report.terminal import render_summary
+
+    summary = {"requests": {"sent": 4, "ok": 4, "failed": {}, "cancelled": 0}, "metrics": {},
+               "sessions": {"started": 3, "completed": 2, "accepted": 2, "failed": 1, "timed_out": 0,
+                            "retries": 5, "tool_failures": 1},
+               "tasks_per_hour": 720.0, "task_ms": {"p50": 4000.0, "p95": 9000.0, "p99": 9900.0, "n": 2},
+               "time_split": {"model": 0.25, "tool": 0.7, "waiting": 0.05},
+               "cost": {"per_successful_task": 0.125, "per_million_output_tokens": 3.5, "model": 0.2,
+                        "tool": 0.05, "orchestration": 0.0, "failure": 0.0}}
+    con = Console(record=True, width=200)
+    render_summary(summary, con)
+    text = con.export_text()
+    assert "3 started, 2 completed, 2 accepted, 1 failed" in text
+    assert "720 per hour" in text and "tool 70.0%" in text
+    assert "$0.125 per successful task" in text
