@@ -12,10 +12,8 @@ Entry points: :func:`write_run_report` (a run directory), :func:`write_sweep_rep
 
 from __future__ import annotations
 
-import base64
-import html
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,55 +24,28 @@ import pyarrow as pa
 from servelab.analysis.advice import advise, collect_evidence
 from servelab.analysis.attribution import request_attribution, session_attribution
 from servelab.analysis.compare import request_samples
-from servelab.analysis.knee import max_load_meeting_slo
 from servelab.errors import RunDirError
 from servelab.records.rundir import RunData, read_run
 from servelab.report import plots
+from servelab.report.html_page import Page, esc, get, num, table
+from servelab.report.html_sweep import (
+    Group,
+    axis_of,
+    group_slo,
+    knee_section,
+    points_table,
+    scaling_section,
+    sweep_groups,
+    sweep_verdict,
+    verdict_html,
+)
 
 REPORT_NAME = "report.html"
-LEVEL_AXES = ("concurrency", "rate", "sessions", "session_rate")
 MAX_TIMELINE = 12
 
-_CSS = """
-body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0 auto;max-width:1000px;
-padding:16px 24px;color:#1d1d1f;background:#fff}
-h1{font-size:22px;margin:8px 0}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ddd;padding-bottom:4px}
-.verdict{background:#f0f6ff;border-left:5px solid #2a6fdb;padding:10px 14px;font-size:15px}
-.verdict.bad{background:#fff3f0;border-left-color:#d62728}
-.warn{color:#a33}.muted{color:#666;font-size:12px}
-table{border-collapse:collapse;margin:6px 0;font-size:13px}
-th,td{border:1px solid #ddd;padding:3px 8px;text-align:right}th{background:#f6f6f6}
-td.l,th.l{text-align:left}
-img{max-width:100%;height:auto;display:block;margin:6px 0}
-pre{background:#f7f7f7;padding:8px;overflow:auto;font-size:12px;max-height:480px}
-.tag{display:inline-block;padding:0 6px;border-radius:3px;font-size:12px;background:#eee}
-.tag.recommended,.tag.required,.tag.better{background:#d9f2d9}.tag.worse,.tag.not-possible{background:#f8d7d2}
-"""
-
-
-def _e(x: Any) -> str:
-    return html.escape("" if x is None else str(x), quote=True)
-
-
-def _n(v: Any, fmt: str = "{:,.1f}") -> str:
-    if v is None or (isinstance(v, float) and not np.isfinite(v)):
-        return "-"
-    return fmt.format(v)
-
-
-def _get(d: Any, *path: str) -> Any:
-    for p in path:
-        if not isinstance(d, Mapping):
-            return None
-        d = d.get(p)
-    return d
-
-
-def _table(head: Sequence[str], rows: Sequence[Sequence[Any]], left: int = 1) -> str:
-    th = "".join(f'<th class="{"l" if i < left else ""}">{_e(h)}</th>' for i, h in enumerate(head))
-    body = "".join("<tr>" + "".join(f'<td class="{"l" if i < left else ""}">{_e(c)}</td>'
-                                    for i, c in enumerate(r)) + "</tr>" for r in rows)
-    return f"<table><tr>{th}</tr>{body}</table>"
+_e, _n, _get, _table, _Page = esc, num, get, table, Page
+__all__ = ["SweepData", "load_sweep", "run_verdict", "sweep_verdict", "write_report", "write_run_report",
+           "write_sweep_report"]
 
 
 @dataclass
@@ -82,32 +53,6 @@ class SweepData:
     path: Path
     state: dict[str, Any]
     runs: dict[str, RunData] = field(default_factory=dict)  # point key -> its run (readable points only)
-
-
-class _Page:
-    def __init__(self, out: Path) -> None:
-        self.out = out
-        self.parts: list[str] = []
-        self.images: list[Path] = []
-
-    def add(self, s: str) -> None:
-        self.parts.append(s)
-
-    def h2(self, title: str) -> None:
-        self.add(f"<h2>{_e(title)}</h2>")
-
-    def image(self, name: str, alt: str, draw: Any) -> None:
-        """Draw a PNG beside the report (``draw(path)``) and inline it."""
-        path = self.out.parent / f"{self.out.stem}-{name}.png"
-        draw(path)
-        self.images.append(path)
-        data = base64.b64encode(path.read_bytes()).decode("ascii")
-        self.add(f'<img id="{_e(name)}" alt="{_e(alt)}" src="data:image/png;base64,{data}">')
-
-    def render(self, title: str) -> str:
-        return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>'
-                f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-                f"<style>{_CSS}</style></head><body>{''.join(self.parts)}</body></html>")
 
 
 # -- words --------------------------------------------------------------------------------------------
@@ -153,39 +98,6 @@ def run_verdict(summary: Mapping[str, Any], manifest: Mapping[str, Any]) -> tupl
     return " ".join(words), valid
 
 
-def _axis(state: Mapping[str, Any]) -> str:
-    for p in state.get("points") or []:
-        for a in LEVEL_AXES:
-            if a in (p.get("params") or {}):
-                return a
-    return "load level"
-
-
-def sweep_verdict(state: Mapping[str, Any], slo_result: Mapping[str, Any] | None) -> str:
-    knee, axis = state.get("knee"), _axis(state)
-    pts = [p for p in state.get("points") or [] if p.get("status") == "ok"]
-    n_failed = sum(1 for p in state.get("points") or [] if p.get("status") == "failed")
-    if knee and knee.get("level") is not None:
-        rng = (f" (between {knee['low']:g} and {knee['high']:g})" if knee.get("low") is not None
-               and knee.get("high") is not None else "")
-        words = [f"The knee is at {axis} {knee['level']:g}{rng}, confidence {knee.get('confidence')}: "
-                 f"past it, more load buys little throughput ({knee.get('reason', '')})."]
-    elif knee and knee.get("beyond"):
-        words = [f"No knee within the grid: throughput still grows at {axis} {knee['low']:g}, so the knee is at "
-                 f"{knee['low']:g} or beyond; extend the grid."]
-    else:
-        words = [f"No knee: {(knee or {}).get('reason') or state.get('knee_reason') or 'not enough points'}."]
-    tps = [(_get(p, "summary", "throughput", "output_tokens_per_s"), p.get("level")) for p in pts]
-    tps = [t for t in tps if t[0] is not None]
-    if tps:
-        best = max(tps, key=lambda t: t[0])
-        words.append(f"Peak output throughput {_n(best[0])} tokens/s at {axis} {best[1]:g}.")
-    if slo_result is not None:
-        words.append(f"SLO: {slo_result['reason']}.")
-    words.append(f"{len(pts)} point(s) measured" + (f", {n_failed} failed." if n_failed else "."))
-    return " ".join(words)
-
-
 # -- sections -----------------------------------------------------------------------------------------
 
 
@@ -200,37 +112,6 @@ def _key_figures(page: _Page, summary: Mapping[str, Any]) -> None:
     page.add(_table(["metric (ms)", "mean", "p50", "p90", "p95", "p99", "max", "n"], rows))
     tp = summary.get("throughput") or {}
     page.add(_table(["throughput", "value"], [[k, _n(v, "{:,.2f}")] for k, v in tp.items()]))
-
-
-def _sweep_section(page: _Page, state: Mapping[str, Any]) -> list[dict[str, Any]]:
-    axis = _axis(state)
-    pts = sorted((p for p in state.get("points") or [] if p.get("status") == "ok" and p.get("level") is not None),
-                 key=lambda p: p["level"])
-    page.h2("Throughput and latency against load")
-    if len(pts) >= 1:
-        lv = [float(p["level"]) for p in pts]
-
-        def col(*path: str) -> list[Any]:
-            return [_get(p, "summary", *path) for p in pts]
-
-        page.image("knee", "knee plot: throughput and latency against load", lambda path: plots.knee_plot(
-            lv, col("throughput", "output_tokens_per_s"), col("metrics", "e2e_ms", "p50"),
-            col("metrics", "e2e_ms", "p95"), col("metrics", "e2e_ms", "p99"), state.get("knee"),
-            [int(_get(p, "summary", "requests", "ok") or 0) for p in pts], path, level_label=axis,
-            latency_label="end-to-end latency (ms)", goodput=col("throughput", "goodput_requests_per_s")))
-    rows = [[_e_params(p.get("params")), p.get("status"), _n(_get(p, "summary", "requests", "ok"), "{:,}"),
-             _n(_get(p, "summary", "throughput", "output_tokens_per_s")),
-             _n(_get(p, "summary", "metrics", "ttft_ms", "p50")), _n(_get(p, "summary", "metrics", "ttft_ms", "p99")),
-             _n(_get(p, "summary", "metrics", "e2e_ms", "p95")),
-             _n(_get(p, "summary", "throughput", "goodput_requests_per_s"), "{:,.2f}"), p.get("error") or ""]
-            for p in state.get("points") or []]
-    page.add(_table(["point", "status", "ok", "out tok/s", "TTFT p50", "TTFT p99", "E2E p95", "goodput/s",
-                     "error"], rows))
-    return pts
-
-
-def _e_params(params: Any) -> str:
-    return ", ".join(f"{k}={v}" for k, v in (params or {}).items())
 
 
 def _distributions(page: _Page, run: RunData, label: str) -> None:
@@ -377,12 +258,13 @@ def write_report(source: RunData | SweepData, out_path: str | Path, *, compariso
     if isinstance(source, SweepData):
         title = title or f"servelab sweep: {source.path.name}"
         page.add(f"<h1>{_e(title)}</h1>")
-        slo_res, sweep_ev = _sweep_slo(source.state)
-        verdict_at = len(page.parts)
-        pts = _sweep_section(page, source.state)
-        page.parts.insert(verdict_at, f'<div class="verdict" id="verdict">{_e(sweep_verdict(source.state, slo_res))}'
-                                      "</div>")
-        run, label = _representative(source, pts)
+        groups = sweep_groups(source.state)
+        slo_res, sweep_ev = group_slo(source.state, groups)
+        page.add(verdict_html(source.state, slo_res))
+        knee_section(page, source.state, groups)
+        points_table(page, source.state)
+        scaling_section(page, source.state)
+        run, label = _representative(source, groups)
         if run is not None:
             _run_sections(page, run, label, sweep_ev)
         _comparison(page, comparison)
@@ -405,26 +287,16 @@ def write_report(source: RunData | SweepData, out_path: str | Path, *, compariso
     return out
 
 
-def _sweep_slo(state: Mapping[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    slo = _get(state, "base_config", "slo") or {}
-    pts = sorted((p for p in state.get("points") or [] if p.get("level") is not None
-                  and p.get("status") in ("ok", "failed")), key=lambda p: p["level"])
-    if not pts or not any(slo.get(k) for k in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "min_goodput_fraction")):
-        return None, None
-    res = max_load_meeting_slo([p["level"] for p in pts], [p.get("summary") for p in pts], slo)
-    tp = [_get(p, "summary", "throughput", "output_tokens_per_s") or 0.0 for p in pts]
-    return res, {"levels": [p["level"] for p in pts], "throughput": tp, "slo_level": res["level"]}
-
-
-def _representative(source: SweepData, pts: list[dict[str, Any]]) -> tuple[RunData | None, str]:
-    """The run whose distributions the sweep report shows: the knee point, else the last measured one."""
-    knee = source.state.get("knee") or {}
-    want = knee.get("level")
-    order = sorted(pts, key=lambda p: (p["level"] != want, -p["level"]))
-    for p in order:
-        run = source.runs.get(p.get("key") or p.get("run_dir") or "")
-        if run is not None:
-            return run, f" at {_axis(source.state)} {p['level']:g}"
+def _representative(source: SweepData, groups: list[Group]) -> tuple[RunData | None, str]:
+    """The run whose distributions the sweep report shows: the first group's knee point, else its last
+    measured one (then the other groups')."""
+    for g in groups:
+        want = (g.knee or {}).get("level")
+        for p in sorted(g.points, key=lambda p: (p["level"] != want, -p["level"])):
+            run = source.runs.get(p.get("key") or p.get("run_dir") or "")
+            if run is not None:
+                where = f" ({g.label})" if len(groups) > 1 and g.label else ""
+                return run, f" at {axis_of(source.state)} {p['level']:g}{where}"
     return None, ""
 
 

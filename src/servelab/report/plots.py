@@ -171,3 +171,128 @@ def attribution_plot(attr: Mapping[str, Any], path: Path) -> Path:
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, axis="x")
     return _save(fig, path)
+
+
+def _knee_title(knee: Mapping[str, Any] | None) -> str:
+    if not knee:
+        return "no knee"
+    if knee.get("level") is not None:
+        return f"knee at {knee['level']:g}"
+    return f"{knee['low']:g} or beyond" if knee.get("beyond") else "no knee"
+
+
+def _counts_labels(groups: Sequence[Mapping[str, Any]], levels: Sequence[float]) -> list[str]:
+    """Tick labels: the level and its sample count per group (``n=a/b`` in legend order, ``-`` where a
+    group has no point at that level); one ``n=`` when every group measured the same count."""
+    out = []
+    for lv in levels:
+        ns = []
+        for g in groups:
+            at = dict(zip(g["levels"], g["counts"], strict=True))
+            ns.append(f"{at[lv]:,}" if lv in at else "-")
+        if len(groups) > 3:
+            out.append(f"{lv:g}")
+        else:
+            out.append(f"{lv:g}\nn={ns[0] if len(set(ns)) == 1 else '/'.join(ns)}")
+    return out
+
+
+def knee_groups_plot(groups: Sequence[Mapping[str, Any]], path: Path, *, level_label: str = "load level",
+                     throughput_label: str = "output tokens/s", latency_label: str = "latency (ms)") -> Path:
+    """Knee plot of one or more groups of points on the same axes: throughput (top) and latency (bottom)
+    per group, each group's knee marked on its own curve.
+
+    ``groups``: ``[{"label", "levels", "throughput", "p50", "p95", "p99", "knee", "counts", "goodput"}]``.
+    One group is drawn by :func:`knee_plot` (p50/p95/p99 and goodput); several get one colour each, with
+    p50 solid and p99 dashed, and the sample counts per level in the tick labels (more than three groups:
+    in the legend)."""
+    if len(groups) == 1:
+        g = groups[0]
+        return knee_plot(g["levels"], g["throughput"], g["p50"], g["p95"], g["p99"], g["knee"], g["counts"], path,
+                         level_label=level_label, throughput_label=throughput_label, latency_label=latency_label,
+                         goodput=g.get("goodput"))
+    cmap = plt.get_cmap("tab10")
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8.5, 7.0), sharex=True)
+    for i, g in enumerate(groups):
+        c = cmap(i % 10)
+        lv, tp = np.asarray(g["levels"], dtype=float), _f(g["throughput"])
+        ns = list(g["counts"]) or [0]
+        n_words = "" if len(groups) <= 3 else f" (n={min(ns):,}-{max(ns):,})"
+        ax1.plot(lv, tp, "o-", color=c, label=f"{g['label'] or 'all'}: {_knee_title(g['knee'])}{n_words}")
+        ax2.plot(lv, _f(g["p50"]), "o-", color=c, lw=1.3)
+        ax2.plot(lv, _f(g["p99"]), "^--", color=c, lw=1.0, alpha=0.8)
+        knee = g["knee"] or {}
+        if knee.get("level") is not None:
+            k = float(knee["level"])
+            y = tp[np.flatnonzero(lv == k)[0]] if np.any(lv == k) else np.nan
+            ax1.plot([k], [y], marker="*", ms=16, color=c, mec="black", zorder=5)
+            for ax in (ax1, ax2):
+                ax.axvline(k, color=c, ls=":", lw=1.2)
+        elif knee.get("beyond"):
+            ax1.annotate("knee beyond", (float(knee["low"]), tp[-1]), textcoords="offset points", xytext=(4, -12),
+                         fontsize=8, color=c)
+    for ax in (ax1, ax2):
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+    ax1.set_title("Throughput and latency against load, one curve per group (star: the group's knee)", fontsize=10)
+    ax1.set_ylabel(throughput_label)
+    ax2.set_ylabel(latency_label)
+    ax1.legend(loc="upper left", fontsize=8)
+    ax2.plot([], [], "o-", color="#444", label="p50 (colour: group)")
+    ax2.plot([], [], "^--", color="#444", label="p99")
+    ax2.legend(loc="upper left", fontsize=8)
+    top = max([float(np.nanmax(_f(g[k]))) for g in groups for k in ("p50", "p99")
+               if any(v is not None for v in g[k])] or [1.0])
+    ax2.set_ylim(0, top * 1.12)
+    levels = sorted({float(v) for g in groups for v in g["levels"]})
+    _level_axis(ax2, levels, level_label)
+    ax2.set_xticklabels(_counts_labels(groups, levels), fontsize=8)
+    if len(groups) <= 3:
+        ax2.set_xlabel(f"{level_label} (n = successful requests per group, in legend order)")
+    return _save(fig, path)
+
+
+def scaling_plot(rows: Sequence[Mapping[str, Any]], peaks: Sequence[Mapping[str, Any]], bend_nodes: int | None,
+                 path: Path, *, level_label: str = "load level") -> Path:
+    """Scaling efficiency against node count: one line per load level (``rows``) and the peaks (bold);
+    linear scaling (1.0) and the bend marked. Beside it: peak throughput against the linear ideal."""
+    nodes = sorted({int(p["nodes"]) for p in peaks} | {int(r["nodes"]) for r in rows})
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.5, 3.9), gridspec_kw={"width_ratios": [3, 2]})
+    levels = sorted({float(r["level"]) for r in rows})
+    cmap = plt.get_cmap("viridis")
+    for i, lv in enumerate(levels):
+        pts = sorted((r for r in rows if float(r["level"]) == lv and r.get("efficiency") is not None),
+                     key=lambda r: r["nodes"])
+        ax1.plot([r["nodes"] for r in pts], [r["efficiency"] for r in pts], "o-", lw=1, ms=4,
+                 color=cmap(i / max(len(levels) - 1, 1)), alpha=0.8, label=f"{level_label} {lv:g}")
+    pk = [p for p in peaks if p.get("efficiency") is not None]
+    ax1.plot([p["nodes"] for p in pk], [p["efficiency"] for p in pk], "s-", color="black", lw=2.2, label="at peak")
+    for p in pk:
+        ax1.annotate(f"{p['efficiency']:.0%}", (p["nodes"], p["efficiency"]), textcoords="offset points",
+                     xytext=(5, 4), fontsize=8)
+    ax1.axhline(1.0, color="#888", ls="--", lw=1, label="linear")
+    if bend_nodes is not None:
+        ax1.axvline(bend_nodes, color="#d62728", ls=":", lw=1.5, label=f"bend: scales to {bend_nodes} nodes")
+    effs = [r["efficiency"] for r in rows if r.get("efficiency") is not None] + [p["efficiency"] for p in pk]
+    ax1.set_ylim(0, max([1.15, *(e * 1.1 for e in effs)]))
+    counts = {n: sum(1 for r in rows if int(r["nodes"]) == n) for n in nodes}
+    for ax in (ax1, ax2):
+        ax.set_xscale("log", base=2)
+        ax.set_xlim(min(nodes) / 1.5, max(nodes) * 1.5)
+        ax.set_xticks(nodes)
+        ax.set_xticklabels([f"{n}\nn={counts[n]}" for n in nodes], fontsize=8)
+        ax.set_xlabel("nodes (n = load levels measured)")
+        ax.grid(alpha=0.3)
+    ax1.set_ylabel("scaling efficiency")
+    ax1.set_title(f"Scaling efficiency per node count ({len(rows)} points)", fontsize=10)
+    ax1.legend(fontsize=7, loc="lower left", ncol=2)
+    w = [n * 0.18 for n in nodes]
+    ideal = {int(p["nodes"]): p["ideal"] for p in peaks}
+    ax2.bar([n / 1.1 for n in nodes], [ideal.get(n, 0.0) for n in nodes], width=w, color="#c7c7c7", label="linear")
+    ax2.bar([n * 1.1 for n in nodes], [next((p["peak_throughput"] for p in peaks if int(p["nodes"]) == n), 0.0)
+                                      for n in nodes], width=w, color=_COLORS["tp"], label="measured peak")
+    ax2.set_ylim(bottom=0)
+    ax2.set_ylabel("output tokens/s")
+    ax2.set_title("Peak throughput vs linear", fontsize=10)
+    ax2.legend(fontsize=7, loc="upper left")
+    return _save(fig, path)
