@@ -72,10 +72,22 @@ def config_data(config_file: str | None, flags: dict[str, Any]) -> dict[str, Any
                               hint="add --profile NAME (see `servelab profiles`) or a workload of kind agent")
     # Several flags share a path (--concurrency and --sessions): only the ones given may set it.
     overrides = {path: flags[name] for name, path in FLAG_PATHS.items() if flags.get(name) is not None}
+    if flags.get("gpu_hour_usd") is not None:
+        gpus = flags.get("gpus") or _sim_gpus(str((data.get("target") or {}).get("url") or flags.get("target") or ""))
+        data["cost"] = {**(data.get("cost") or {}),
+                        "model": {"kind": "gpu_hour", "gpu_hour_usd": flags["gpu_hour_usd"], "gpus": gpus}}
     headers = parse_headers(flags.get("header"))
     if headers:
         overrides["target.headers"] = headers
     return apply_overrides(data, overrides)
+
+
+def _sim_gpus(url: str) -> int:
+    """GPUs of a ``sim:MODEL@[NODESx]COUNTxHW`` spec (1 for anything else)."""
+    import re
+
+    m = re.match(r"^sim:[^@]+@(?:(\d+)x)?(\d+)x", url)
+    return int(m.group(1) or 1) * int(m.group(2)) if m else 1
 
 
 def build_run_config(config_file: str | None, flags: dict[str, Any]) -> RunConfig:

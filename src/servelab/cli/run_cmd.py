@@ -42,6 +42,10 @@ def run(
     sessions: Annotated[int | None, typer.Option(help="Closed loop: concurrent sessions of the profile.")] = None,
     session_rate: Annotated[float | None, typer.Option(help="Open loop: new sessions per second.")] = None,
     max_sessions: Annotated[int | None, typer.Option(help="Agent runs: sessions to start in all.")] = None,
+    gpu_hour_usd: Annotated[float | None, typer.Option(help="Cost: price of one GPU-hour, USD (cost per "
+                                                       "successful task in the summary).")] = None,
+    gpus: Annotated[int | None, typer.Option(help="Cost: GPUs held (default: the simulator's count, else 1).")
+                    ] = None,
     seed: flags.Seed = None,
     out: flags.Out = None,
     name: flags.Name = None,

@@ -33,3 +33,11 @@ def test_header_flag_is_parsed():
     assert cfg.target.headers == {"X-Team": "perf"}
     with pytest.raises(ConfigError, match="Name: value"):
         build_run_config(None, _flags(header=["nocolon"]))
+
+
+def test_gpu_hour_price_flag_builds_the_cost_model_with_the_simulators_gpu_count():
+    cfg = build_run_config(None, _flags(profile="chat", sessions=2, target="sim:llama-3.1-70b@2x8xh100,tp=8",
+                                        gpu_hour_usd=2.5))
+    assert cfg.cost.model.gpu_hour_usd == 2.5 and cfg.cost.model.gpus == 16
+    cfg = build_run_config(None, _flags(gpu_hour_usd=1.0, gpus=4))
+    assert cfg.cost.model.gpus == 4
