@@ -9,7 +9,7 @@ import matplotlib.image as mpimg
 import pytest
 
 from servelab.report.html import write_sweep_report
-from tests.unit.report.fake_runs import CAPACITY, write_sweep
+from tests.unit.report.fake_runs import CAPACITY, write_grouped_sweep, write_sweep
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 # Locally a missing browser skips; in CI (CI=true, where .ci/run installs it) it fails.
@@ -47,3 +47,19 @@ def test_report_renders_in_chromium(tmp_path, report):
     img = mpimg.imread(shot)
     assert img.shape[0] == 1400 and img.shape[1] == 1100
     assert img[..., :3].std() > 0.05  # not a blank page: text and the knee plot are drawn
+
+
+def test_grouped_sweep_with_scaling_and_a_quality_drop_renders(tmp_path):
+    acc_a = {"setup": "A", "summary": {"accuracy": {"value": 0.8, "lo": 0.7, "hi": 0.87}, "correct": 80,
+                                       "answered": 100}}
+    acc_b = {"setup": "B", "summary": {"accuracy": {"value": 0.6, "lo": 0.5, "hi": 0.69}, "correct": 60,
+                                       "answered": 100},
+             "vs_first_setup": {"flagged": True, "verdict": "quality drop", "diff": -0.2, "lo": -0.3, "hi": -0.1}}
+    d = write_grouped_sweep(tmp_path / "sweep", {"n1": ({"target": "sim:a@1"}, 4, 1), "n2": ({"target": "sim:a@2"}, 8, 2)},
+                            levels=(1, 4, 16), accuracy={"n1": acc_a, "n2": acc_b})
+    dom = _chromium(tmp_path, "dom", "--dump-dom", write_sweep_report(d).resolve().as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert "target=sim:a@1: the knee is at concurrency 4" in dom.stdout
+    assert 'id="scaling"' in dom.stdout and "Scaling across node counts" in dom.stdout
+    assert '<p class="alarm"><b>Quality warning: target=sim:a@2, concurrency=16 gains +' in dom.stdout
+    assert [ln for ln in dom.stderr.splitlines() if ":CONSOLE(" in ln] == []

@@ -181,7 +181,7 @@ def _knee_title(knee: Mapping[str, Any] | None) -> str:
     return f"{knee['low']:g} or beyond" if knee.get("beyond") else "no knee"
 
 
-def _counts_labels(groups: Sequence[Mapping[str, Any]], levels: Sequence[float]) -> list[str]:
+def counts_labels(groups: Sequence[Mapping[str, Any]], levels: Sequence[float]) -> list[str]:
     """Tick labels: the level and its sample count per group (``n=a/b`` in legend order, ``-`` where a
     group has no point at that level); one ``n=`` when every group measured the same count."""
     out = []
@@ -246,7 +246,7 @@ def knee_groups_plot(groups: Sequence[Mapping[str, Any]], path: Path, *, level_l
     ax2.set_ylim(0, top * 1.12)
     levels = sorted({float(v) for g in groups for v in g["levels"]})
     _level_axis(ax2, levels, level_label)
-    ax2.set_xticklabels(_counts_labels(groups, levels), fontsize=8)
+    ax2.set_xticklabels(counts_labels(groups, levels), fontsize=8)
     if len(groups) <= 3:
         ax2.set_xlabel(f"{level_label} (n = successful requests per group, in legend order)")
     return _save(fig, path)

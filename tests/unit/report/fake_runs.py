@@ -31,9 +31,9 @@ CAPACITY = 4
 EVIL = '<script>alert("x")</script>'  # a model name a hostile server might report
 
 
-def synth(concurrency: int, per_user: int = 12, seed: int = 0, tokens: int = 48):
+def synth(concurrency: int, per_user: int = 12, seed: int = 0, tokens: int = 48, capacity: int = CAPACITY):
     rng = np.random.default_rng(seed)
-    slow = max(1.0, concurrency / CAPACITY)
+    slow = max(1.0, concurrency / capacity)
     recs, sess = [], []
     rid = 0
     for u in range(concurrency):
@@ -79,9 +79,10 @@ def telemetry_table(t0: int, seconds: int = 20) -> pa.Table:
     return pa.table(rows)
 
 
-def write_run(d: Path, concurrency: int, *, seed: int = 0, telemetry: bool = True, model: str = EVIL) -> Path:
+def write_run(d: Path, concurrency: int, *, seed: int = 0, telemetry: bool = True, model: str = EVIL,
+              capacity: int = CAPACITY, nodes: int = 1) -> Path:
     d.mkdir(parents=True, exist_ok=True)
-    recs, sess = synth(concurrency, seed=seed)
+    recs, sess = synth(concurrency, seed=seed, capacity=capacity)
     cfg = RunConfig.model_validate({"load": {"concurrency": concurrency}, "slo": {"ttft_ms": 150, "percentile": 95}})
     started = min(r.intended_ns for r in recs)
     ended = max(r.end_ns for r in recs)
@@ -94,7 +95,7 @@ def write_run(d: Path, concurrency: int, *, seed: int = 0, telemetry: bool = Tru
     manifest = {"schema_version": 1, "kind": "run", "servelab_version": "0.1.0", "command_line": ["servelab", "run"],
                 "config": cfg.model_dump(mode="json"), "seed": 0,
                 "target": {"engine": "servelab-sim", "version": "0.1.0", "model": model,
-                           "deployment": {"hardware": "H100", "gpus": 1, "nodes": 1, "gpus_per_node": 1,
+                           "deployment": {"hardware": "H100", "gpus": nodes, "nodes": nodes, "gpus_per_node": 1,
                                           "kv_tokens": 400_000}},
                 "host": {}, "started_at": "2026-01-01T00:00:00Z", "ended_at": "2026-01-01T00:01:00Z"}
     (d / "manifest.json").write_bytes(orjson.dumps(manifest))
@@ -116,5 +117,34 @@ def write_sweep(d: Path, levels=(1, 2, 4, 8, 16)) -> Path:
     state = {"schema_version": 1, "kind": "sweep", "axes": {"concurrency": list(levels)},
              "base_config": {"slo": {"ttft_ms": 150, "percentile": 95}}, "points": points, "knee": knee,
              "knee_reason": None, "complete": True}
+    write_json(d / "sweep.json", state)
+    return d
+
+
+def write_grouped_sweep(d: Path, groups: dict[str, tuple[dict, int, int]], levels=(1, 2, 4, 8, 16),
+                        accuracy: dict[str, dict] | None = None) -> Path:
+    """A sweep over several groups of points, as ``servelab sweep`` writes it (``knees`` per group,
+    ``scaling`` when the groups ran on different node counts, per-point ``accuracy`` when given).
+
+    ``groups``: name -> (fixed params, capacity, nodes); ``accuracy``: name -> the point's accuracy entry.
+    """
+    from servelab.sweep.knee_of import knees_for
+    from servelab.sweep.scaling_of import scaling_for
+
+    d.mkdir(parents=True, exist_ok=True)
+    points = []
+    for name, (fixed, capacity, nodes) in groups.items():
+        for c in levels:
+            i = len(points)
+            key = f"p{i:03d}-{name}_concurrency={c}"
+            run = write_run(d / key, c, seed=i, telemetry=False, capacity=capacity, nodes=nodes)
+            summary = orjson.loads((run / "summary.json").read_bytes())
+            points.append({"index": i, "key": key, "params": {**fixed, "concurrency": c}, "level": float(c),
+                           "status": "ok", "run_dir": key, "summary": summary, "error": None,
+                           **({"accuracy": accuracy[name]} if accuracy and name in accuracy else {})})
+    knees, knee, reason = knees_for(points)
+    state = {"schema_version": 1, "kind": "sweep", "axes": {}, "base_config": {}, "points": points,
+             "knees": knees, "knee": knee, "knee_reason": reason, "scaling": scaling_for(d, points),
+             "complete": True}
     write_json(d / "sweep.json", state)
     return d

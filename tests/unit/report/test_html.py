@@ -6,7 +6,8 @@ from servelab.analysis.compare import compare_figures, manifest_diff
 from servelab.errors import RunDirError
 from servelab.records.rundir import read_run
 from servelab.report.html import load_sweep, run_verdict, write_report, write_run_report, write_sweep_report
-from tests.unit.report.fake_runs import CAPACITY, EVIL, write_run, write_sweep
+from servelab.report.plots import counts_labels
+from tests.unit.report.fake_runs import CAPACITY, EVIL, write_grouped_sweep, write_run, write_sweep
 
 
 @pytest.fixture(scope="module")
@@ -80,3 +81,90 @@ def test_missing_directories_raise(tmp_path):
         write_sweep_report(tmp_path)
     with pytest.raises(RunDirError):
         write_run_report(tmp_path / "nope")
+
+
+# -- groups, scaling and accuracy (sweeps written the way `servelab sweep` writes sweep.json) -------------
+
+ACC_A = {"setup": "A", "summary": {"accuracy": {"value": 0.8, "lo": 0.71, "hi": 0.87}, "correct": 80, "answered": 100}}
+ACC_B = {"setup": "B", "summary": {"accuracy": {"value": 0.6, "lo": 0.5, "hi": 0.69}, "correct": 60, "answered": 100},
+         "vs_first_setup": {"flagged": True, "verdict": "quality drop", "diff": -0.2, "lo": -0.3, "hi": -0.1}}
+
+
+@pytest.fixture(scope="module")
+def grouped(tmp_path_factory):
+    """max_num_seqs=4 saturates at 4, max_num_seqs=8 at 8 (both one node); the second loses accuracy."""
+    return write_grouped_sweep(tmp_path_factory.mktemp("grouped"),
+                               {"s4": ({"max_num_seqs": 4}, 4, 1), "s8": ({"max_num_seqs": 8}, 8, 1)},
+                               accuracy={"s4": ACC_A, "s8": ACC_B})
+
+
+def _verdict(page: str) -> str:
+    return re.search(r'<div class="verdict[^"]*" id="verdict">(.*?)</div>', page, re.S).group(1)
+
+
+def test_every_group_gets_its_knee_in_words_plot_and_table(grouped):
+    page = write_sweep_report(grouped).read_text()
+    verdict = _verdict(page)
+    assert "2 groups of points, one knee each." in verdict
+    assert "max_num_seqs=4: the knee is at concurrency 4 (between 2 and 8)" in verdict
+    assert "max_num_seqs=8: the knee is at concurrency 8 (between 4 and 16)" in verdict
+    assert "at concurrency 16 (max_num_seqs=8)" in verdict  # the overall peak names its group
+    assert page.count('id="knee"') == 1 and (grouped / "report-knee.png").stat().st_size > 1000
+    knee_rows = re.findall(r'<tr><td class="l">max_num_seqs=(\d)</td><td class="">(\d+)</td><td class="">([^<]*)<',
+                           page)
+    assert knee_rows == [("4", "4", "2 to 8"), ("8", "8", "4 to 16")]
+    assert "Scaling efficiency" not in page  # both groups ran on one node
+    assert "distributions at concurrency 4 (max_num_seqs=4)" in page
+    _no_active_content(page)
+
+
+def test_flagged_quality_drop_with_a_throughput_gain_is_a_highlighted_warning(grouped):
+    page = write_sweep_report(grouped).read_text()
+    assert '<div class="verdict bad" id="verdict">' in page
+    alarms = re.findall(r'<p class="alarm"><b>(.*?)</b></p>', page)
+    assert len(alarms) == 5  # one per max_num_seqs=8 point
+    c8 = next(a for a in alarms if "max_num_seqs=8, concurrency=8 " in a)
+    assert "gains +" in c8 and "over the first serving setup at concurrency 8" in c8
+    assert "accuracy 60% (-20.0 points [-30.0, -10.0], quality drop against the first setup)" in c8
+    assert "bought with quality" in c8
+    # at concurrency 2 the synthetic max_num_seqs=8 point is no faster: no gain is claimed
+    c2 = next(a for a in alarms if "max_num_seqs=8, concurrency=2:" in a or "max_num_seqs=8, concurrency=2 " in a)
+    assert "no throughput gain" in c2 and "gains +" not in c2
+    # the per-point table: an accuracy column, flagged rows highlighted
+    assert "<th class=\"\">accuracy [95% CI]</th>" in page
+    assert "80% [71%, 87%] n=100" in page and "first setup" in page
+    assert page.count('<tr class="flagged">') == 5
+    assert "DROP: -20.0 points [-30.0, -10.0], quality drop" in page
+
+
+def test_no_warning_without_a_flag(tmp_path):
+    ok_b = {**ACC_B, "vs_first_setup": {**ACC_B["vs_first_setup"], "flagged": False, "verdict": "within noise"}}
+    d = write_grouped_sweep(tmp_path / "s", {"s4": ({"max_num_seqs": 4}, 4, 1), "s8": ({"max_num_seqs": 8}, 8, 1)},
+                            levels=(1, 4, 16), accuracy={"s4": ACC_A, "s8": ok_b})
+    page = write_sweep_report(d).read_text()
+    assert '<div class="verdict" id="verdict">' in page and 'class="alarm"' not in page
+    assert '<tr class="flagged">' not in page and "-20.0 points [-30.0, -10.0], within noise" in page
+
+
+def test_scaling_chart_table_and_sentence(tmp_path):
+    # 1 node saturates at 4, 2 nodes at 8 (near-linear peak), 4 nodes also at 8 (half of linear)
+    d = write_grouped_sweep(tmp_path / "s", {"n1": ({"target": "sim:a@1"}, 4, 1), "n2": ({"target": "sim:a@2"}, 8, 2),
+                                             "n4": ({"target": "sim:a@4"}, 8, 4)})
+    sc = load_sweep(d).state["scaling"]
+    eff = {p["nodes"]: p["efficiency"] for p in sc["peaks"]}
+    assert eff[1] == 1.0 and eff[2] > 0.8 and eff[4] < 0.6 and sc["bend"]["nodes"] == 2
+    page = write_sweep_report(d).read_text()
+    assert 'id="scaling"' in page and (d / "report-scaling.png").stat().st_size > 1000
+    verdict = _verdict(page)
+    assert "Scaling across node counts: scaling holds to 2 nodes" in verdict
+    assert f"4 nodes reach {eff[4]:.0%} of linear" in verdict
+    peak_rows = re.findall(r'<tr><td class="l">(\d)</td><td class="">16</td>.*?<td class="">(\d+%)</td>'
+                           r'<td class="">(bend)?</td></tr>', page)
+    assert peak_rows == [("1", "100%", ""), ("2", f"{eff[2]:.0%}", "bend"), ("4", f"{eff[4]:.0%}", "")]
+    assert page.count("<td class=\"l\">4</td>") == 1 + 5  # its peak row, one efficiency row per level
+    assert page.index("Scaling efficiency across node counts") > page.index('id="knee"')
+
+
+def test_tick_labels_show_each_groups_sample_count():
+    groups = [{"levels": [1.0, 4.0], "counts": [30, 30]}, {"levels": [1.0, 4.0, 16.0], "counts": [30, 29, 12]}]
+    assert counts_labels(groups, [1.0, 4.0, 16.0]) == ["1\nn=30", "4\nn=30/29", "16\nn=-/12"]
