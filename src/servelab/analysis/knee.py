@@ -142,6 +142,10 @@ def find_knee(
         k, own = n - 1, None
     else:
         k, own = _kneedle_index(np.log2(lv), ym)
+        if k < n - 1 and el[k] >= STILL_SCALING:
+            # Kneedle's pick is a level where throughput still scales (the curve accelerates on log load,
+            # so its difference curve has no concave bend): take the first level after which it flattens.
+            k = next(j for j in range(n - 1) if el[j] < STILL_SCALING)
         out = {"level": float(lv[k]), "low": float(lv[k - 1]) if k > 0 else None,
                "high": float(lv[k + 1]) if k + 1 < n else None, "beyond": False, "reason": ""}
     _corroborate(out, lv, el, k, own, extra)

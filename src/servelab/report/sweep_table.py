@@ -25,8 +25,11 @@ def knee_words(knee: dict[str, Any] | None, reason: str | None) -> str:
     if not knee:
         return f"no knee: {reason or 'not enough points'}"
     if knee.get("beyond"):
-        return f"no knee within the grid: throughput still rising at {knee.get('low') or knee.get('high')} or beyond"
+        last = knee.get("low") or knee.get("high")
+        return f"no knee within the grid: throughput still rising at {last:g} or beyond"
     lvl, lo, hi = knee.get("level"), knee.get("low"), knee.get("high")
+    if lvl is None:
+        return f"no knee: {knee.get('reason') or reason or 'not enough points'}"
     rng = f" (range {lo:g}-{hi:g})" if lo is not None and hi is not None and lo != hi else ""
     conf = knee.get("confidence")
     return f"knee at {lvl:g}{rng}" + (f", confidence {conf}" if conf is not None else "")
@@ -64,7 +67,13 @@ def render_sweep(state: dict[str, Any], console: Console) -> None:
             *([_accuracy_cell(e.get("accuracy"))] if with_acc else []),
         )
     console.print(t)
-    console.print(knee_words(state.get("knee"), state.get("knee_reason")), highlight=False)
+    knees = state.get("knees") or []
+    if len(knees) > 1:
+        for g in knees:
+            label = ", ".join(f"{k}={v}" for k, v in g.get("params", {}).items())
+            console.print(f"{label}: {knee_words(g.get('knee'), None)}", highlight=False)
+    else:
+        console.print(knee_words(state.get("knee"), state.get("knee_reason")), highlight=False)
     scaling = state.get("scaling")
     if scaling:
         for p in scaling.get("peaks", []):

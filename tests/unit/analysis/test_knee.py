@@ -123,3 +123,10 @@ def test_max_load_slo_goodput_and_missing_percentile():
     assert miss["level"] is None and "not measured" in miss["checks"][0]["misses"][0]
     with pytest.raises(ConfigError):
         max_load_meeting_slo([1], [_summary(10)], {})
+
+
+def test_knee_where_throughput_accelerates_on_log_load_then_flattens():
+    # Kneedle's difference curve has no concave bend here (its argmax is the first level); the knee is
+    # where growth stops: elasticities 0.96, 0.86, then 0.34 from 16 to 64.
+    out = find_knee([1, 4, 16, 64], [172, 652, 2158, 3471])
+    assert out["level"] == 16 and out["low"] == 4 and out["high"] == 64 and not out["beyond"]

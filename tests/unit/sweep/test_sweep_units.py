@@ -53,3 +53,14 @@ def test_scaling_from_point_manifests(tmp_path):
     peaks = {p["nodes"]: p["efficiency"] for p in out["peaks"]}
     assert peaks == {1: 1.0, 2: pytest.approx(0.9)}
     assert scaling_for(tmp_path, points[:2]) is None
+
+
+def test_knee_words_for_every_shape_of_result():
+    from servelab.report.sweep_table import knee_words
+
+    assert knee_words(None, "no points") == "no knee: no points"
+    assert knee_words({"level": None, "beyond": False, "reason": "too little data"}, None) == \
+        "no knee: too little data"
+    assert "256 or beyond" in knee_words({"level": None, "beyond": True, "low": 256.0}, None)
+    assert knee_words({"level": 16.0, "low": 4.0, "high": 64.0, "confidence": "high"}, None) == \
+        "knee at 16 (range 4-64), confidence high"
