@@ -41,7 +41,7 @@ def sweep(
     health_url: Annotated[str | None, typer.Option(help="URL that answers 200 when the server is ready.")] = None,
     startup_timeout: Annotated[float, typer.Option(help="Seconds to wait for the server to be healthy.")] = 600.0,
     accuracy: Annotated[int | None, typer.Option(help="Run N held-out answer items at every new serving setup "
-                                                 "(precision, engine) and flag quality drops.")] = None,
+                                                 "(dtype/precision, engine, server command) and flag quality drops.")] = None,
     budget: Annotated[float | None, typer.Option(help="Time budget for the whole sweep, seconds.")] = None,
     resume: Annotated[str | None, typer.Option(help="Resume the sweep in this directory.")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed.")] = None,
