@@ -146,8 +146,12 @@ def find_knee(
             # Kneedle's pick is a level where throughput still scales (the curve accelerates on log load,
             # so its difference curve has no concave bend): take the first level after which it flattens.
             k = next(j for j in range(n - 1) if el[j] < STILL_SCALING)
+            why = (f"throughput flattens at {_fmt(lv[k])}: the first level after which it grows with elasticity "
+                   f"below {STILL_SCALING} ({el[k]:.2f}; Kneedle found no concave bend)")
+        else:
+            why = ""
         out = {"level": float(lv[k]), "low": float(lv[k - 1]) if k > 0 else None,
-               "high": float(lv[k + 1]) if k + 1 < n else None, "beyond": False, "reason": ""}
+               "high": float(lv[k + 1]) if k + 1 < n else None, "beyond": False, "reason": why}
     _corroborate(out, lv, el, k, own, extra)
     return out
 
