@@ -28,20 +28,21 @@ class RunTelemetry:
         tc = cfg.telemetry
         if not tc.enabled:
             return
+        interval = tc.interval_s or (5.0 if clock.virtual else 1.0)
         sim_text = getattr(transport, "metrics_text", None)
         if cfg.target.is_sim and sim_text is not None:
             async def fetch_sim() -> str:
                 return sim_text()
 
-            self.scrapers.append(Scraper(fetch_sim, clock, self.rows, source="server", interval_s=tc.interval_s))
+            self.scrapers.append(Scraper(fetch_sim, clock, self.rows, source="server", interval_s=interval))
         elif not cfg.target.is_sim:
             http = HttpMetrics(tc.metrics_url or metrics_url_for(cfg.target.url), headers=cfg.target.headers)
             self._closers.append(http)
-            self.scrapers.append(Scraper(http, clock, self.rows, source="server", interval_s=tc.interval_s))
+            self.scrapers.append(Scraper(http, clock, self.rows, source="server", interval_s=interval))
         if tc.dcgm_url:
             dcgm = HttpMetrics(tc.dcgm_url)
             self._closers.append(dcgm)
-            self.scrapers.append(Scraper(dcgm, clock, self.rows, source="dcgm", interval_s=tc.interval_s))
+            self.scrapers.append(Scraper(dcgm, clock, self.rows, source="dcgm", interval_s=interval))
         if tc.nvml and not clock.virtual:
             nvml = NvmlSampler()
             if nvml.available:
@@ -49,7 +50,7 @@ class RunTelemetry:
                     return nvml.sample()
 
                 self.scrapers.append(Scraper(fetch_nvml, clock, self.rows, source="nvml",
-                                             interval_s=tc.interval_s, parse=lambda x: x))
+                                             interval_s=interval, parse=lambda x: x))
 
     async def start(self) -> None:
         """Baselines first: a counter's delta must not miss what the first requests add."""

@@ -165,7 +165,11 @@ class SLOConfig(Strict):
 
 class TelemetryConfig(Strict):
     enabled: bool = Field(default=True, description="Scrape the target's Prometheus /metrics during the run.")
-    interval_s: float = Field(default=1.0, gt=0, description="Seconds between scrapes (on the run's clock).")
+    interval_s: float | None = Field(
+        default=None, gt=0,
+        description="Seconds between scrapes on the run's clock; default 1 against real servers, 5 (virtual) "
+        "against the in-process simulator, where each scrape costs wall time.",
+    )
     metrics_url: str | None = Field(
         default=None, description="Metrics URL; default: the target's base URL with /v1 replaced by /metrics."
     )

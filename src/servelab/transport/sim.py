@@ -15,6 +15,7 @@ from servelab.records.schema import OK, RequestRecord
 from servelab.sim.api import SimRequest
 from servelab.sim.deployment import Deployment
 from servelab.sim.engine import Engine
+from servelab.sim.prom import RequestMetrics, render_metrics
 from servelab.sim.tokenizer import count_tokens
 from servelab.transport.base import ModelRequest
 
@@ -28,6 +29,7 @@ class SimTransport:
         self.engine = Engine(deployment, clock, seed=seed)
         self._rids = itertools.count(1)
         self._started = False
+        self.metrics = RequestMetrics()
 
     async def send(self, req: ModelRequest) -> RequestRecord:
         if not self._started:
@@ -40,6 +42,7 @@ class SimTransport:
                           min_tokens=req.min_tokens or 0, ignore_eos=req.ignore_eos, arrival_ns=sent)
         self.engine.submit(sreq)
         await sreq.done  # type: ignore[misc]
+        self.metrics.observe(sreq)
         rec = RequestRecord(
             request_id=req.request_id, session_id=req.session_id, turn=req.turn, attempt=req.attempt,
             warmup=req.warmup, intended_ns=req.intended_ns or sent, sent_ns=sent,
@@ -66,6 +69,10 @@ class SimTransport:
         if rec.finish_reason == "abort":
             rec.status = "disconnected"
         return rec
+
+    def metrics_text(self) -> str:
+        """The engine's Prometheus page (vLLM's names), as ``servelab sim serve`` would answer /metrics."""
+        return render_metrics(self.engine.stats(), self.metrics, self.deployment.model.name)
 
     async def count_tokens(self, text: str) -> int | None:
         return count_tokens(text)

@@ -150,3 +150,16 @@ def test_render_metrics_uses_vllm_names_and_engine_figures():
     assert s[("servelab_sim_steps_total", lab)] == 10
     assert s[("servelab_sim_expert_imbalance", lab)] == 1.3
     assert s[("servelab_sim_all_to_all_bytes_total", lab)] == 1e9
+
+
+def test_observe_many_matches_observe_one_by_one():
+    import numpy as np
+
+    from servelab.sim.prom import ITL_BUCKETS, Histogram
+
+    values = np.array([0.0005, 0.001, 0.0011, 0.02, 0.02, 0.5, 100.0])
+    a, b = Histogram(ITL_BUCKETS), Histogram(ITL_BUCKETS)
+    for v in values:
+        a.observe(float(v))
+    b.observe_many(values)
+    assert a.counts == b.counts and a.count == b.count and abs(a.sum - b.sum) < 1e-12
