@@ -30,6 +30,10 @@ def test_run_writes_a_complete_run_directory_with_the_summary_contract(tmp_path,
     assert set(summary["throughput"]) >= {"requests_per_s", "output_tokens_per_s", "input_tokens_per_s",
                                           "total_tokens_per_s"}
     assert summary["tokens"]["source"] == "usage" and summary["valid"] is True
+    server = summary["server"]  # the engine's own counters, scraped on virtual time, agree with the client
+    assert server["available"] and server["engine"] == "servelab-sim"
+    assert server["token_agreement"]["generation_tokens_total"]["relative_difference"] == 0
+    assert server["counters"]["request_success_total"] == 24
     data = read_run(run_dir)
     assert data.complete and data.requests.num_rows == 24
     assert data.manifest["target"]["engine"] == "servelab-sim"
