@@ -18,6 +18,7 @@ from servelab.clock import WallClock
 from servelab.config.models import TargetConfig, TimeoutsConfig
 from servelab.transport.base import ModelRequest
 from servelab.transport.http import HttpTransport
+from tests.loopback import serve_app
 
 MS = 1_000_000
 
@@ -138,16 +139,9 @@ async def server():
     app.router.add_get("/v1/models", s.models)
     app.router.add_get("/version", s.version)
     app.router.add_post("/tokenize", s.tokenize)
-    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=1.0)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    s.url = f"http://127.0.0.1:{port}/v1"  # type: ignore[attr-defined]
-    try:
+    async with serve_app(app) as root:
+        s.url = f"{root}/v1"  # type: ignore[attr-defined]
         yield s
-    finally:
-        await runner.cleanup()
 
 
 def _transport(server, **kw) -> HttpTransport:

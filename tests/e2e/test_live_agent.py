@@ -22,6 +22,7 @@ from servelab.load.session import RequestIds, run_session
 from servelab.records.schema import OK, RequestRecord
 from servelab.transport.http import HttpTransport
 from servelab.workload.agent import build_plan
+from tests.loopback import serve_app
 
 TOOLS = [
     {"type": "function", "function": {"name": "search", "description": "web search",
@@ -95,16 +96,9 @@ async def server():
     s = Server()
     app = web.Application()
     app.router.add_post("/v1/chat/completions", s.chat)
-    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=1.0)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    s.url = f"http://127.0.0.1:{port}/v1"  # type: ignore[attr-defined]
-    try:
+    async with serve_app(app) as root:
+        s.url = f"{root}/v1"  # type: ignore[attr-defined]
         yield s
-    finally:
-        await runner.cleanup()
 
 
 def _spec(**live) -> SessionConfig:
