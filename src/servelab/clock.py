@@ -17,6 +17,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
+from servelab.errors import SimulationDeadlock
+
 T = TypeVar("T")
 
 NS_PER_S = 1_000_000_000
@@ -75,6 +77,7 @@ class _JumpingSelector(selectors.BaseSelector):
         self._real = selectors.DefaultSelector()
         self._clock = clock
         self._busy = 0
+        self._loop: _VirtualLoop | None = None
 
     def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
         return self._real.register(fileobj, events, data)
@@ -96,9 +99,11 @@ class _JumpingSelector(selectors.BaseSelector):
         if ready:
             return ready
         if timeout is None:
-            # Nothing scheduled and nothing ready: a real loop would block forever. On virtual time
-            # that means a deadlock in the simulated world (or a task waiting on a real socket).
-            ready = self._real.select(0.05)
+            # Nothing scheduled and nothing ready: a real loop would block forever. On virtual time only
+            # a worker thread or a real socket can still wake it; give those a short real wait.
+            ready = self._real.select(_IDLE_POLL_S)
+            if not ready and self._loop is not None and not self._loop._may_be_woken():
+                raise SimulationDeadlock(_pending_tasks(self._loop), self._clock.now())
             return ready
         if timeout > 0:
             # Round to the nearest ns: asyncio fires timers within its clock resolution (1 ns), so virtual
@@ -119,10 +124,51 @@ class _JumpingSelector(selectors.BaseSelector):
 class _VirtualLoop(asyncio.SelectorEventLoop):
     def __init__(self, clock: VirtualClock) -> None:
         self._vclock = clock
-        super().__init__(selector=_JumpingSelector(clock))
+        self._in_executor = 0
+        selector = _JumpingSelector(clock)
+        super().__init__(selector=selector)
+        selector._loop = self
 
     def time(self) -> float:
         return self._vclock._t / NS_PER_S
+
+    def run_in_executor(self, executor: Any, func: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        # Counted so that an idle loop waiting on a worker thread is not taken for a deadlock.
+        fut = super().run_in_executor(executor, func, *args)
+        self._in_executor += 1
+        fut.add_done_callback(self._executor_done)
+        return fut
+
+    def _executor_done(self, _fut: asyncio.Future[Any]) -> None:
+        self._in_executor -= 1
+
+    def _may_be_woken(self) -> bool:
+        """True while something outside the loop (a worker thread, a real socket) can still wake it."""
+        if self._in_executor > 0:
+            return True
+        own = self._ssock.fileno() if self._ssock is not None else -1  # type: ignore[attr-defined]
+        return any(key.fd != own for key in self._selector.get_map().values())  # type: ignore[attr-defined]
+
+
+_IDLE_POLL_S = 0.05
+
+
+def _pending_tasks(loop: asyncio.AbstractEventLoop) -> list[str]:
+    """One line per unfinished task: its name, coroutine and where it waits."""
+    lines = []
+    for task in asyncio.all_tasks(loop):
+        coro = task.get_coro()
+        where = getattr(coro, "__qualname__", repr(coro)).rsplit("<locals>.", 1)[-1]
+        # The innermost frame outside asyncio itself: the line of our code that waits.
+        frames = [f for f in task.get_stack() if not f.f_code.co_filename.startswith(_ASYNCIO_DIR)]
+        if frames:
+            f = frames[-1]
+            where += f" at {f.f_code.co_filename.rsplit('/', 1)[-1]}:{f.f_lineno} in {f.f_code.co_name}"
+        lines.append(f"{task.get_name()} ({where})")
+    return sorted(lines)
+
+
+_ASYNCIO_DIR = asyncio.__file__.rsplit("/", 1)[0]
 
 
 class VirtualClock:
@@ -153,13 +199,34 @@ class VirtualClock:
         return _VirtualLoop(self)
 
     def run(self, main: Callable[[], Awaitable[T]]) -> T:
+        """Run ``main()`` to completion on virtual time.
+
+        Raises :class:`~servelab.errors.SimulationDeadlock` (naming the pending tasks) when nothing is
+        runnable, no timer is set and nothing outside the loop can wake it: awaiting a future that nothing
+        will resolve would otherwise wait forever.
+        """
         loop = self.new_loop()
         try:
             asyncio.set_event_loop(loop)
-            return loop.run_until_complete(main())
+            try:
+                return loop.run_until_complete(main())
+            except SimulationDeadlock:
+                _cancel_all(loop)
+                raise
         finally:
             try:
                 loop.run_until_complete(loop.shutdown_asyncgens())
             finally:
                 asyncio.set_event_loop(None)
                 loop.close()
+
+
+def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
+    """Let the tasks of a deadlocked loop unwind (their ``finally`` blocks run), as ``asyncio.run`` does."""
+    tasks = asyncio.all_tasks(loop)
+    for task in tasks:
+        task.cancel()
+    try:
+        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+    except SimulationDeadlock:  # a task that swallows its cancellation and waits again
+        pass

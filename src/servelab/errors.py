@@ -48,3 +48,28 @@ class CheckFailed(ServelabError):
     """A check (an SLO, a regression gate) failed: exit 1."""
 
     exit_code = 1
+
+
+class SimulationDeadlock(ServelabError):
+    """Virtual time cannot advance: every task waits on something nothing will ever resolve.
+
+    Raised by :meth:`servelab.clock.VirtualClock.run` instead of waiting forever (SimPy's ``EmptySchedule``
+    plays the same part). ``pending`` names the tasks still waiting, with where each one waits.
+    """
+
+    def __init__(self, pending: list[str], at_ns: int) -> None:
+        self.pending = pending
+        self.at_ns = at_ns
+        listed = "; ".join(pending) if pending else "none"
+        super().__init__(
+            f"simulation deadlock at virtual t={at_ns / 1e9:.9f} s: no task can run, no timer is set and "
+            f"nothing outside the loop can wake it. Pending tasks: {listed}",
+            hint="a task awaits a future or event that nothing sets (a missing set()/set_result, or a "
+            "wait on a queue nobody fills); the innermost frame of each pending task shows where",
+        )
+
+
+class Interrupted(ServelabError):
+    """The user interrupted (Ctrl-C): what was measured is kept and summarised; exit 130."""
+
+    exit_code = 130
