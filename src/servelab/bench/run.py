@@ -14,7 +14,6 @@ from servelab.analysis.live import LiveStats
 from servelab.analysis.summary import build_summary
 from servelab.analysis.telemetry import summarize_telemetry, token_agreement
 from servelab.bench.plan import plan_for
-from servelab.bench.sink import RecordSink
 from servelab.bench.targets import make_clock, make_transport, validate_target
 from servelab.bench.telemetry import RunTelemetry
 from servelab.bench.workloads import prepare_work
@@ -24,6 +23,7 @@ from servelab.load.runner import Runner, RunOutcome
 from servelab.records.journal import Journal
 from servelab.records.manifest import build_manifest, redact, utc_now_iso
 from servelab.records.rundir import create_run_dir, write_json, write_parquet_from_journal
+from servelab.records.sink import RecordSink
 
 
 @dataclass

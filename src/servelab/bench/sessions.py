@@ -6,13 +6,13 @@ from typing import Any
 
 from servelab.analysis.agents import agent_summary
 from servelab.analysis.cost import cost_summary
-from servelab.bench.sink import RecordSink
-from servelab.bench.workloads import Work
+from servelab.bench.work import RunRecords, Work
 from servelab.clock import NS_PER_S, Clock
 from servelab.config.agent import SessionConfig
 from servelab.config.models import RunConfig
 from servelab.load.runner import RunOutcome
 from servelab.load.session import RequestIds, run_session
+from servelab.records.sink import RecordSink
 from servelab.transport.base import Transport
 from servelab.workload.agent import build_plan, synth_text_source
 from servelab.workload.profiles import load_profile
@@ -41,13 +41,13 @@ async def sessions_work(cfg: RunConfig, transport: Transport, clock: Clock, sink
                           intended_ns=intended_ns, warmup=warmup, api=target.api, stream=target.stream,
                           extra_body=dict(target.extra_body))
 
-    def summarize(s: RecordSink, outcome: RunOutcome) -> dict[str, Any]:
-        measured = [x for x in s.sessions if not x.warmup]
+    def summarize(records: RunRecords, outcome: RunOutcome) -> dict[str, Any]:
+        sessions = records.sessions if records.sessions is not None else []  # warm-up ones are left out
         duration_s = (outcome.ended_ns - outcome.started_ns) / NS_PER_S
         out: dict[str, Any] = {"profile": name}
-        out.update(agent_summary(measured, duration_s=duration_s, percentiles=cfg.percentiles))
+        out.update(agent_summary(sessions, duration_s=duration_s, percentiles=cfg.percentiles))
         if cfg.cost is not None:
-            out["cost"] = cost_summary(cfg.cost, measured, duration_s=duration_s)
+            out["cost"] = cost_summary(cfg.cost, sessions, duration_s=duration_s)
         return out
 
     return Work(job, summarize=summarize, facts={"profile": name, "token_source": counter.source})

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-from servelab.bench.sink import RecordSink
 from servelab.config.models import RunConfig
 from servelab.load.runner import Job
 from servelab.records.schema import CANCELLED, RequestRecord
+from servelab.records.sink import RecordSink
 from servelab.transport.base import ModelRequest, Transport
 
 

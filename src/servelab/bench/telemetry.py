@@ -6,18 +6,13 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from servelab.clock import Clock
 from servelab.config.models import RunConfig
+from servelab.records.telemetry import write_telemetry
 from servelab.telemetry.scraper import Scraper, TelemetryRows
 from servelab.telemetry.sources import HttpMetrics, NvmlSampler, metrics_url_for
 from servelab.telemetry.vocabulary import detect_engine
 from servelab.transport.base import Transport
-
-TELEMETRY_SCHEMA = pa.schema([("t_ns", pa.int64()), ("source", pa.string()), ("name", pa.string()),
-                              ("raw_name", pa.string()), ("labels", pa.string()), ("value", pa.float64())])
 
 
 class RunTelemetry:
@@ -75,5 +70,4 @@ class RunTelemetry:
         return detect_engine(names)
 
     def write(self, run_dir: Path) -> None:
-        if len(self.rows):
-            pq.write_table(pa.table(self.rows.columns(), schema=TELEMETRY_SCHEMA), run_dir / "telemetry.parquet")
+        write_telemetry(run_dir, self.rows.columns())

@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from servelab.bench.plan import plan_for
-from servelab.bench.replay import prepare_trace, replay_summary, replay_units, replay_work
+from servelab.bench.replay import replay_work, trace_replay_summary
 from servelab.clock import NS_PER_S, VirtualClock
 from servelab.config.models import ReplayWorkloadConfig, RunConfig
 from servelab.errors import ConfigError
@@ -18,6 +18,7 @@ from servelab.load.runner import Runner
 from servelab.records.schema import CANCELLED, OK, RequestRecord
 from servelab.transport.base import ModelRequest
 from servelab.workload.traces import load_trace
+from servelab.workload.traces.units import prepare_trace, replay_units
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "traces"
 LATENCY_S = 0.5
@@ -222,7 +223,7 @@ def test_replay_summary_measures_lag_rate_and_cached_fraction():
     recs = [RequestRecord(request_id=i, status=OK, intended_ns=o, sent_ns=o + lag, usage_prompt_tokens=100,
                           usage_cached_tokens=c)
             for i, (o, lag, c) in enumerate(zip((0, NS_PER_S, 3 * NS_PER_S), (0, 2_000_000, 0), (0, 50, 10), strict=True))]
-    rep = replay_summary(tr, units, recs, speed=1.0)
+    rep = trace_replay_summary(tr, units, recs, speed=1.0)
     assert rep["trace_requests"] == 3 and rep["requests"] == 3
     assert rep["achieved_rate"] == pytest.approx(2 / 3.0)
     assert 1.9 < rep["lag_ms_p99"] <= 2.0  # p99 of (0, 0, 2) ms, linear interpolation

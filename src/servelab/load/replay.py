@@ -1,0 +1,184 @@
+"""The replay session executor: sends the units of a trace as runner jobs.
+
+A session replays its turns in order: turn k is sent its recorded think time after turn k-1 answered (or,
+without think times, no earlier than its trace offset from the session start). With real prompt text
+(mt-bench) the conversation grows: every earlier turn and answer is sent again. A sub-agent starts after
+the parent turn that spawned it, as long after that turn's answer as the trace says, and runs beside
+its parent; the job ends when the session and all its sub-agents have.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from servelab.clock import NS_PER_S, Clock
+from servelab.load.session import RequestIds
+from servelab.records.schema import CANCELLED, OK, RequestRecord, SessionRecord
+from servelab.records.sink import RecordSink
+from servelab.transport.base import ModelRequest, Transport
+from servelab.workload.traces import TraceRequest, TraceSession, request_prompt
+from servelab.workload.traces.units import Unit
+
+S_OK, S_FAILED = "ok", "failed"
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """How requests are sent: the API, streaming, extra body, forced output length, prompt seed."""
+
+    api: str = "chat"
+    stream: bool = True
+    extra_body: Mapping[str, Any] = field(default_factory=dict)
+    ignore_eos: bool = True
+    seed: int = 0
+    block_tokens: int | None = None
+    profile: str = "replay"
+
+
+class ReplayPlayer:
+    """Sends the units of a trace: one method per runner job, sessions and sub-agents below it."""
+
+    def __init__(self, units: Sequence[Unit], children: dict[str, list[TraceSession]], opts: ReplayOptions,
+                 transport: Transport, clock: Clock, sink: RecordSink) -> None:
+        self.units, self.tr, self.clock, self.sink = units, transport, clock, sink
+        self.api, self.stream, self.extra = opts.api, opts.stream, dict(opts.extra_body)
+        self.ignore_eos, self.seed, self.block = opts.ignore_eos, opts.seed, opts.block_tokens
+        self.profile = opts.profile
+        self.children = children
+        self.ids = RequestIds()
+        self.sids = itertools.count(len(units))  # sub-agents get session ids after the roots'
+
+    async def job(self, index: int, intended_ns: int, warmup: bool) -> None:
+        u = self.units[index]
+        if u.request is not None:
+            r = u.request
+            rid = self.ids.next()
+            text = request_prompt(r, seed=self.seed, block_tokens=self.block, tail_key=rid)
+            rec = await self._send(self._request(rid, r, text, None, intended_ns, warmup, -1, 0, r.input_tokens))
+            rec.output_text = ""
+            return
+        assert u.session is not None
+        await self._session(u.session, index, intended_ns, warmup)
+
+    def _request(self, rid: int, r: TraceRequest, text: str | None, messages: list[dict[str, Any]] | None,
+                 intended_ns: int, warmup: bool, sid: int, turn: int, est: int) -> ModelRequest:
+        out = max(1, r.output_tokens)
+        if messages is None:
+            assert text is not None
+            messages = [{"role": "user", "content": text}]
+        chat = self.api == "chat"
+        return ModelRequest(
+            request_id=rid, api=self.api, messages=messages if chat else None,
+            prompt=None if chat else "\n".join(str(m["content"]) for m in messages),
+            max_tokens=out, min_tokens=out if self.ignore_eos else None, ignore_eos=self.ignore_eos,
+            stream=self.stream, est_prompt_tokens=est, session_id=sid, turn=turn, warmup=warmup,
+            intended_ns=intended_ns, extra_body=self.extra,
+        )
+
+    async def _send(self, req: ModelRequest) -> RequestRecord:
+        try:
+            rec = await self.tr.send(req)
+        except asyncio.CancelledError:
+            self.sink.request(RequestRecord(
+                request_id=req.request_id, session_id=req.session_id, turn=req.turn, warmup=req.warmup,
+                status=CANCELLED, intended_ns=req.intended_ns, end_ns=self.clock.now(),
+                est_prompt_tokens=req.est_prompt_tokens, requested_output_tokens=req.max_tokens))
+            raise
+        self.sink.request(rec)
+        return rec
+
+    async def _session(self, s: TraceSession, sid: int, start_ns: int, warmup: bool) -> None:
+        clock = self.clock
+        rec = SessionRecord(session_id=sid, profile=s.label or self.profile, start_ns=clock.now(), warmup=warmup)
+        subs: list[asyncio.Task[None]] = []
+        messages: list[dict[str, Any]] = []  # the growing conversation of a session with real prompt text
+        context = 0
+        failed = False
+        first_t = s.requests[0].t_offset_ns
+        kids = self.children.get(s.session_id, [])
+        try:
+            subs += [self._spawn(c, start_ns + c.start_ns - first_t, warmup) for c in kids
+                     if c.spawn_after_turn is None]
+            for k, r in enumerate(s.requests):
+                intended = self._turn_time(k, r, start_ns, first_t)
+                t0 = clock.now()
+                if intended > t0:
+                    await clock.sleep_until(intended)
+                    rec.think_ns += clock.now() - t0
+                rid = self.ids.next()
+                if r.prompt is not None:
+                    messages.append({"role": "user", "content": r.prompt})
+                    context += len(r.prompt.split())
+                    req = self._request(rid, r, None, list(messages), intended, warmup, sid, k, context)
+                else:
+                    text = request_prompt(r, seed=self.seed, block_tokens=self.block, tail_key=rid)
+                    req = self._request(rid, r, text, None, intended, warmup, sid, k, r.input_tokens)
+                sent = clock.now()
+                out = await self._send(req)
+                self._account(rec, out, sent)
+                if out.status != OK:
+                    failed = True
+                elif r.prompt is not None:
+                    messages.append({"role": "assistant", "content": out.output_text})
+                    context += out.completion_tokens
+                out.output_text = ""
+                subs += [self._spawn(c, self._spawn_at(c, r, sent), warmup) for c in kids
+                         if c.spawn_after_turn == k]
+            n = len(s.requests)  # a sub-agent whose spawning turn was cut away starts after the last turn
+            subs += [self._spawn(c, clock.now(), warmup) for c in kids
+                     if c.spawn_after_turn is not None and c.spawn_after_turn >= n]
+            if subs:
+                await asyncio.gather(*subs)
+            rec.status = S_FAILED if failed else S_OK
+        except asyncio.CancelledError:
+            rec.status = CANCELLED
+            for t in subs:
+                t.cancel()
+            await asyncio.gather(*subs, return_exceptions=True)
+            raise
+        finally:
+            rec.end_ns = clock.now()
+            self.sink.session(rec)
+
+    def _turn_time(self, k: int, r: TraceRequest, start_ns: int, first_t: int) -> int:
+        """When turn ``k`` is due: the session start, its think time after the last answer, or its offset."""
+        now = self.clock.now()
+        if k == 0:
+            return start_ns
+        if r.think_time_s is not None:
+            return now + round(r.think_time_s * NS_PER_S)
+        return max(now, start_ns + r.t_offset_ns - first_t)
+
+    def _spawn_at(self, c: TraceSession, r: TraceRequest, sent_ns: int) -> int:
+        """Sub-agent ``c``, spawned by turn ``r``, starts as long after that turn's answer as in the trace
+        (after the turn's send, when the trace has no service time); never before now."""
+        now = self.clock.now()
+        if r.api_time_s is not None:
+            at = now + c.start_ns - r.t_offset_ns - round(r.api_time_s * NS_PER_S)
+        else:
+            at = sent_ns + c.start_ns - r.t_offset_ns
+        return max(now, at)
+
+    def _spawn(self, c: TraceSession, at_ns: int, warmup: bool) -> asyncio.Task[None]:
+        sid = next(self.sids)
+
+        async def run() -> None:
+            if at_ns > self.clock.now():
+                await self.clock.sleep_until(at_ns)
+            await self._session(c, sid, at_ns, warmup)
+
+        return asyncio.ensure_future(run())
+
+    @staticmethod
+    def _account(rec: SessionRecord, r: RequestRecord, sent_ns: int) -> None:
+        rec.requests += 1
+        rec.turns += r.status == OK
+        rec.model_ns += (r.end_ns or sent_ns) - sent_ns
+        rec.queue_ns += r.srv_queue_ns or 0
+        rec.input_tokens += r.prompt_tokens or 0
+        rec.output_tokens += r.completion_tokens
+        rec.cached_tokens += r.usage_cached_tokens or 0
