@@ -37,8 +37,14 @@ from servelab.analysis.metrics import (
     scope_mask,
 )
 from servelab.analysis.stats import bootstrap_ci, percentile_summary
-from servelab.analysis.validity import count_reasons, lag_reasons, runner_reasons, warnings_for
-from servelab.records.schema import CANCELLED, FAILED_STATUSES, OK, RequestRecord
+from servelab.analysis.validity import (
+    count_reasons,
+    lag_reasons,
+    runner_reasons,
+    verdict_reasons,
+    warnings_for,
+)
+from servelab.records.schema import CANCELLED, CLIENT_ERROR, FAILED_STATUSES, OK, RequestRecord
 
 # SLO field -> the per-request metric it bounds.
 SLO_METRICS: dict[str, str] = {"ttft_ms": "ttft_ms", "itl_ms": "itl_request_ms", "tpot_ms": "tpot_ms",
@@ -73,7 +79,8 @@ def _request_counts(cols: Columns) -> tuple[dict[str, Any], dict[str, int]]:
     return {
         "sent": int((~cols.warmup).sum()),
         "ok": measured.get(OK, 0),
-        "failed": {s: measured.get(s, 0) for s in FAILED_STATUSES},
+        # client_error (an exception inside servelab, recorded, not swallowed) is listed only when it happened
+        "failed": {s: measured.get(s, 0) for s in FAILED_STATUSES if s != CLIENT_ERROR or measured.get(s)},
         "cancelled": measured.get(CANCELLED, 0),
         "warmup": int(cols.warmup.sum()),
     }, unknown
@@ -206,15 +213,20 @@ def build_summary(
     reasons = count_reasons(requests, unknown)
     reasons += lag_reasons(mode, metrics["lag_ms"]["p99"], max_lag)
     reasons += runner_reasons(extra, max_lag, cols.n)
+    errors = _errors(cols, requests)
+    more, load_check = verdict_reasons(cols, config, mode, requests, errors)
+    reasons += more
     summary = {
         "requests": requests,
         "metrics": metrics,
         "throughput": throughput,
         "tokens": tokens,
         "goodput": goodput,
-        "errors": _errors(cols, requests),
+        "errors": errors,
         "valid": not reasons,
         "invalid_reasons": reasons,
+        "interrupted": extra.get("stopped_by") == "interrupt",
+        "offered_vs_achieved": load_check,
         "units": {**UNITS, **{f"throughput.{k}": u for k, u in THROUGHPUT_UNITS.items()}},
         "run": {"mode": mode, "started_ns": int(started_ns), "ended_ns": int(ended_ns),
                 "duration_s": (ended_ns - started_ns) / 1e9, "extra": extra},

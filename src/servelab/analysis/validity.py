@@ -1,8 +1,11 @@
 """Is a run's set of figures trustworthy? Each check returns the reasons it is not, with the numbers.
 
-A run is invalid when its figures would mislead: the client fell behind an open-loop schedule (the load
-offered was not the load asked for), the client's event loop was saturated (timestamps are late), or the
-record counts do not add up (records were lost). Invalid figures are still reported, flagged.
+A run is invalid when its figures would mislead: nothing was measured or nothing succeeded, too many
+requests failed (``validity.max_error_rate``), an open-loop server did not keep up with the offered rate
+(``validity.min_achieved_fraction``), a closed loop sent fewer requests than it has users (no steady state),
+the client fell behind an open-loop schedule (the load offered was not the load asked for), the client's
+event loop was saturated (timestamps are late), the record counts do not add up (records were lost), or the
+run never finished. Invalid figures are still reported, flagged. docs/exit-codes.md lists every rule.
 
 Hints from the runner come in ``extra`` (all optional):
 
@@ -10,13 +13,22 @@ Hints from the runner come in ``extra`` (all optional):
   the client's event loop;
 * ``loop_saturated`` (bool): the runner's own verdict that its loop could not keep up;
 * ``requests_issued`` (int): request attempts the runner started (every one must have a record);
-* ``stopped_by`` (str): why sending stopped (``interrupt`` is reported as a warning).
+* ``stopped_by`` (str): why sending stopped (``interrupt`` is reported as a warning; ``incomplete``, a run
+  read back from its journals because it never finished, is invalid).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+import numpy as np
+
+# Defaults of the ``validity`` config section (servelab.config.validity); kept here so analysis stays pure.
+MAX_ERROR_RATE = 0.05
+MIN_ACHIEVED_FRACTION = 0.9
+MIN_OPEN_LOOP_SAMPLE = 20  # fewer completions than this: too few to tell offered from achieved
+_SPAN_QUANTILES = (10.0, 90.0)  # the middle 80% of sends and of completions (robust to first/last outliers)
 
 
 def count_reasons(requests: Mapping[str, Any], unknown: Mapping[str, int]) -> list[str]:
@@ -39,8 +51,8 @@ def lag_reasons(mode: str, lag_p99_ms: float | None, max_lag_p99_ms: float) -> l
         return []
     return [
         f"schedule lag p99 {lag_p99_ms:.3g} ms exceeds limits.max_lag_p99_ms {max_lag_p99_ms:g} ms: the client "
-        "sent later than its open-loop schedule, so the offered rate was lower than asked (lower the rate, "
-        "use more worker processes, or raise limits.max_lag_p99_ms)"
+        "sent later than its open-loop schedule, so the offered rate was lower than asked (lower the rate "
+        "or raise limits.max_lag_p99_ms)"
     ]
 
 
@@ -51,14 +63,81 @@ def runner_reasons(extra: Mapping[str, Any], max_lag_p99_ms: float, records: int
     if loop_lag is not None and loop_lag > max_lag_p99_ms:
         out.append(
             f"client event loop saturated: timer lag p99 {loop_lag:.3g} ms exceeds {max_lag_p99_ms:g} ms, so "
-            "timestamps were taken late (use more worker processes or less concurrency per process)"
+            "timestamps were taken late (lower the concurrency or rate this process drives)"
         )
     elif extra.get("loop_saturated"):
         out.append("client event loop saturated (reported by the runner): timestamps may be late")
     issued = extra.get("requests_issued")
     if issued is not None and issued != records:
         out.append(f"records lost: the runner issued {issued} requests but {records} records exist")
+    if extra.get("stopped_by") == "incomplete":
+        out.append("the run did not finish (no summary.json was written): these figures were recomputed from "
+                   "its journal and may miss requests that were in flight")
     return out
+
+
+def outcome_reasons(requests: Mapping[str, Any], errors: Mapping[str, Any], max_error_rate: float) -> list[str]:
+    """Nothing measured, nothing succeeded, or too many failures for the latencies to stand for the run."""
+    failed = sum(requests["failed"].values())
+    attempted = requests["ok"] + failed
+    if requests["sent"] == 0 or attempted == 0:
+        return ["no request was measured (every one was warm-up or cancelled): there are no figures to trust"]
+    why = _failure_detail(requests, errors)
+    if requests["ok"] == 0:
+        return [f"no request succeeded: all {attempted} attempts failed ({why})"]
+    rate = failed / attempted
+    if rate > max_error_rate:
+        return [f"error rate {rate:.1%} ({failed} of {attempted} attempts failed: {why}) exceeds "
+                f"validity.max_error_rate {max_error_rate:.1%}: latencies describe only the requests that "
+                "succeeded"]
+    return []
+
+
+def _failure_detail(requests: Mapping[str, Any], errors: Mapping[str, Any]) -> str:
+    parts = [f"{k} {v}" for k, v in requests["failed"].items() if v]
+    codes = errors.get("by_http_status") or {}
+    if codes:
+        parts.append("HTTP " + ", ".join(f"{c} x{n}" for c, n in codes.items()))
+    top = errors.get("top") or []
+    if top:
+        parts.append(f"first error: {str(top[0][0])[:120]}")
+    return "; ".join(parts)
+
+
+def steady_state_reasons(mode: str, sent: int, concurrency: int | None) -> list[str]:
+    """Closed loop: with fewer requests than users, no user ever sent a second request."""
+    if mode != "closed" or not concurrency or sent == 0 or sent >= concurrency:
+        return []
+    return [f"only {sent} measured requests at concurrency {concurrency}: fewer requests than users, so the "
+            f"run never reached a steady state (send at least {concurrency} requests, ideally many more)"]
+
+
+def offered_vs_achieved(intended_ns: np.ndarray, end_ns: np.ndarray) -> dict[str, float] | None:
+    """Open loop: the rate requests were offered (intended send times) and completed (end times).
+
+    Both are measured over the middle 80% of their own times (10th to 90th percentile), so a server that
+    keeps up completes at the rate it was offered whatever its latency; one that falls behind completes at
+    its capacity. ``None`` when there are too few requests to tell.
+    """
+    keep = np.isfinite(intended_ns) & np.isfinite(end_ns)
+    if int(keep.sum()) < MIN_OPEN_LOOP_SAMPLE:
+        return None
+    lo, hi = _SPAN_QUANTILES
+    sent_span = float(np.subtract(*np.percentile(intended_ns[keep], [hi, lo])))
+    done_span = float(np.subtract(*np.percentile(end_ns[keep], [hi, lo])))
+    if sent_span <= 0 or done_span <= 0:
+        return None
+    n_mid = (hi - lo) / 100.0 * (int(keep.sum()) - 1)
+    return {"offered_rps": n_mid / sent_span * 1e9, "achieved_rps": n_mid / done_span * 1e9,
+            "fraction": sent_span / done_span}
+
+
+def achieved_reasons(mode: str, load: Mapping[str, float] | None, min_fraction: float) -> list[str]:
+    if mode != "open" or load is None or load["fraction"] >= min_fraction:
+        return []
+    return [f"offered {load['offered_rps']:.3g} req/s but requests completed at {load['achieved_rps']:.3g} "
+            f"req/s ({load['fraction']:.0%} < validity.min_achieved_fraction {min_fraction:.0%}): the server "
+            "did not keep up, so queues grew all run and latencies depend on how long it ran (lower the rate)"]
 
 
 def warnings_for(summary: Mapping[str, Any], extra: Mapping[str, Any]) -> list[str]:
@@ -77,3 +156,21 @@ def warnings_for(summary: Mapping[str, Any], extra: Mapping[str, Any]) -> list[s
     if extra.get("stopped_by") == "interrupt":
         out.append("the run was interrupted: figures cover only what finished")
     return out
+
+
+def verdict_reasons(cols: Any, config: Any, mode: str, requests: Mapping[str, Any],
+                    errors: Mapping[str, Any]) -> tuple[list[str], dict[str, float] | None]:
+    """The outcome, steady-state and offered-vs-achieved rules for one run's columns and config."""
+    v = getattr(config, "validity", None)
+    max_err = float(getattr(v, "max_error_rate", MAX_ERROR_RATE))
+    min_frac = float(getattr(v, "min_achieved_fraction", MIN_ACHIEVED_FRACTION))
+    reasons = outcome_reasons(requests, errors, max_err)
+    if not getattr(config, "is_agent", False):
+        load = getattr(config, "load", None)
+        reasons += steady_state_reasons(mode, requests["sent"], getattr(load, "effective_concurrency", None))
+    load_check = None
+    if mode == "open":
+        keep = ~cols.warmup & (cols.status != "cancelled")
+        load_check = offered_vs_achieved(cols.t("intended_ns")[keep], cols.t("end_ns")[keep])
+        reasons += achieved_reasons(mode, load_check, min_frac)
+    return reasons, load_check

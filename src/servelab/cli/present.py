@@ -6,7 +6,6 @@ import sys
 from typing import Any
 
 import orjson
-import typer
 from rich.console import Console
 
 
@@ -26,19 +25,16 @@ def wide_console() -> Console:
 
 
 def finish_run(result: Any, *, json_out: bool) -> None:
-    """Print the run, say where it was written, and exit 1 when a configured check failed."""
+    """Print the run, say where it was written, and exit with its verdict (servelab.cli.verdict)."""
+    from servelab.cli.verdict import run_verdict
+
     print_summary(result.summary, json_out=json_out, title=f"servelab run: {result.run_dir.name}")
     err = Console(stderr=True, soft_wrap=True, highlight=False)
-    if result.outcome.stopped_by == "interrupt":
-        err.print(f"interrupted: {result.outcome.cancelled_in_flight} request(s) in flight were cancelled and "
-                  "recorded as such; everything finished before is kept")
     for w in result.warnings:
         err.print(f"warning: {w}")
     err.print(f"run written to {result.run_dir}")
     if result.report_path is not None:
         err.print(f"report: {result.report_path}")
-    slo = result.config.slo
-    good = (result.summary.get("goodput") or {}).get("fraction")
-    if slo.min_goodput_fraction is not None and good is not None and good < slo.min_goodput_fraction:
-        err.print(f"[red]SLO check failed[/]: goodput fraction {good:.3f} < {slo.min_goodput_fraction}")
-        raise typer.Exit(1)
+    run_verdict(result.summary, interrupted=result.outcome.stopped_by == "interrupt",
+                cancelled_in_flight=result.outcome.cancelled_in_flight, where=str(result.run_dir),
+                min_goodput_fraction=result.config.slo.min_goodput_fraction, err=err)

@@ -12,6 +12,7 @@ from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 from servelab.config.agent import AgentWorkloadConfig, CostConfig
 from servelab.config.base import Strict
 from servelab.config.distributions import Distribution, Fixed, as_distribution
+from servelab.config.validity import ValidityConfig
 
 
 class TimeoutsConfig(Strict):
@@ -229,6 +230,8 @@ class RunConfig(Strict):
     limits: LimitsConfig = Field(default_factory=LimitsConfig, description="When the run stops.")
     slo: SLOConfig = Field(default_factory=SLOConfig, description="Service-level objectives for goodput.")
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig, description="Server metrics scraping.")
+    validity: ValidityConfig = Field(default_factory=ValidityConfig, description="When a run's figures are "
+                                     "marked INVALID (see docs/exit-codes.md).")
     percentiles: list[float] = Field(
         default_factory=lambda: [50, 90, 95, 99], description="Percentiles reported for every metric."
     )

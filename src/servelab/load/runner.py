@@ -4,6 +4,11 @@ The runner knows nothing of what a unit of work is. It calls ``job(index, intend
 request (single-turn runs) or session (agent runs); the job sends, journals and records. The runner owns
 the clock discipline: open-loop sends are scheduled at absolute offsets computed up front, so a slow send
 never shifts the ones after it, and the intended send time travels with the job so lag is measured.
+
+A job that raises is never swallowed: a :class:`~servelab.errors.ServelabError` (bad input found late, such
+as a model the server does not list) stops the run and is raised from :meth:`Runner.run` once what was in
+flight is drained; any other exception goes to ``on_job_error`` (the run records it as a failed request)
+and is counted in :attr:`RunOutcome.job_errors`.
 """
 
 from __future__ import annotations
@@ -15,8 +20,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from servelab.clock import NS_PER_S, Clock
+from servelab.errors import ServelabError
 
 Job = Callable[[int, int, bool], Awaitable[None]]
+# (index, intended_ns, warmup, the exception) for a job that raised something other than a ServelabError.
+JobErrorHandler = Callable[[int, int, bool, BaseException], None]
 
 
 @dataclass(frozen=True)
@@ -42,6 +50,7 @@ class RunOutcome:
     cancelled_in_flight: int = 0
     stopped_by: str = "limit"  # limit | duration | interrupt | schedule
     loop_lag_ms: list[float] = field(default_factory=list)
+    job_errors: list[str] = field(default_factory=list)  # "TypeName: message" of each job that raised
 
     @property
     def loop_lag_p99_ms(self) -> float | None:
@@ -53,7 +62,7 @@ class RunOutcome:
 class Runner:
     """Runs jobs on a clock under a :class:`RunPlan`."""
 
-    def __init__(self, clock: Clock, plan: RunPlan) -> None:
+    def __init__(self, clock: Clock, plan: RunPlan, on_job_error: JobErrorHandler | None = None) -> None:
         if plan.concurrency is None and plan.offsets_ns is None:
             raise ValueError("a RunPlan needs concurrency (closed loop) or offsets_ns (open loop)")
         self.clock = clock
@@ -63,6 +72,8 @@ class Runner:
         self._tasks: set[asyncio.Task[None]] = set()
         self._next = 0
         self._cancelled_on_interrupt = 0
+        self._on_job_error = on_job_error
+        self._fatal: ServelabError | None = None
 
     def request_stop(self, interrupt: bool = True) -> None:
         """Stop issuing work; with ``interrupt`` also cancel what is in flight (Ctrl-C)."""
@@ -101,6 +112,8 @@ class Runner:
         if self._interrupted:
             out.stopped_by = "interrupt"
             out.cancelled_in_flight += self._cancelled_on_interrupt
+        if self._fatal is not None:
+            raise self._fatal
         return out
 
     def _spawn(self, job: Job, index: int, intended_ns: int, warm: bool, out: RunOutcome) -> asyncio.Task[None]:
@@ -110,12 +123,27 @@ class Runner:
 
         def _done(t: asyncio.Task[None]) -> None:
             self._tasks.discard(t)
-            if not t.cancelled():
-                out.completed += 1
-                t.exception()  # retrieve, so asyncio does not log it; jobs record their own failures
+            if t.cancelled():
+                return
+            out.completed += 1
+            exc = t.exception()
+            if exc is not None:
+                self._job_failed(index, intended_ns, warm, exc, out)
 
         task.add_done_callback(_done)
         return task
+
+    def _job_failed(self, index: int, intended_ns: int, warm: bool, exc: BaseException, out: RunOutcome) -> None:
+        if isinstance(exc, ServelabError):
+            if self._fatal is None:
+                self._fatal = exc
+            self._stop.set()  # stop sending; what is in flight is cancelled by _drain (and recorded so)
+            for t in list(self._tasks):
+                t.cancel()
+            return
+        out.job_errors.append(f"{type(exc).__name__}: {exc}"[:500])
+        if self._on_job_error is not None:
+            self._on_job_error(index, intended_ns, warm, exc)
 
     async def _open_loop(self, job: Job, out: RunOutcome) -> None:
         start = out.started_ns

@@ -18,8 +18,9 @@ TIMEOUT = "timeout"
 DISCONNECTED = "disconnected"
 MALFORMED = "malformed"
 CANCELLED = "cancelled"
-STATUSES = (OK, HTTP_ERROR, TIMEOUT, DISCONNECTED, MALFORMED, CANCELLED)
-FAILED_STATUSES = (HTTP_ERROR, TIMEOUT, DISCONNECTED, MALFORMED)
+CLIENT_ERROR = "client_error"  # the client failed on this request (an exception in servelab, not the server)
+STATUSES = (OK, HTTP_ERROR, TIMEOUT, DISCONNECTED, MALFORMED, CLIENT_ERROR, CANCELLED)
+FAILED_STATUSES = (HTTP_ERROR, TIMEOUT, DISCONNECTED, MALFORMED, CLIENT_ERROR)
 
 
 @dataclass(slots=True)
@@ -52,6 +53,9 @@ class RequestRecord:
     est_completion_tokens: int = 0  # token-carrying chunks seen (or 1 for a non-streamed body with text)
     requested_output_tokens: int | None = None
     finish_reason: str | None = None
+    # 1 when this attempt was resent once on a fresh connection because the reused keep-alive connection
+    # it first went out on closed before any response byte (the server had dropped the idle socket).
+    conn_retries: int = 0
     # Ground truth reported by the simulated engine (None against real servers), ns.
     srv_queue_ns: int | None = None
     srv_prefill_ns: int | None = None

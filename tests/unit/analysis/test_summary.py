@@ -102,7 +102,11 @@ def test_counts_add_up_and_errors_by_status():
     assert s["errors"]["rate"] == pytest.approx(3 / 4)
     assert s["errors"]["by_http_status"] == {"503": 2}
     assert s["errors"]["top"] == [["overloaded", 2]]
-    assert s["valid"] is True
+    # 3 of 4 attempts failed (the cancelled one is not an attempt): far over the 5% error-rate limit.
+    assert s["valid"] is False
+    assert s["invalid_reasons"][0].startswith("error rate 75.0% (3 of 4 attempts failed: http_error 2; "
+                                              "disconnected 1; HTTP 503 x2; first error: overloaded) exceeds "
+                                              "validity.max_error_rate 5.0%")
 
 
 def test_unknown_status_breaks_the_count_and_is_flagged():
@@ -117,7 +121,7 @@ def test_open_loop_lag_over_the_limit_invalidates_with_the_numbers():
     assert s["valid"] is False
     assert "schedule lag p99 25 ms exceeds limits.max_lag_p99_ms 10 ms" in s["invalid_reasons"][0]
     # The same lag in a closed loop is not a schedule violation.
-    assert summarize(records, cfg(limits={"max_lag_p99_ms": 10}))["valid"] is True
+    assert summarize(records, cfg(load={"concurrency": 1}, limits={"max_lag_p99_ms": 10}))["valid"] is True
 
 
 def test_runner_hints_invalidate():
@@ -126,9 +130,10 @@ def test_runner_hints_invalidate():
     assert s["valid"] is False and "event loop saturated" in s["invalid_reasons"][0]
     assert summarize(records, extra={"loop_lag_ms_p99": 50.0})["valid"] is False
     assert summarize(records, extra={"loop_saturated": True})["valid"] is False
-    lost = summarize(records, extra={"requests_issued": 3})
+    one_user = cfg(load={"concurrency": 1})
+    lost = summarize(records, one_user, extra={"requests_issued": 3})
     assert lost["invalid_reasons"] == ["records lost: the runner issued 3 requests but 1 records exist"]
-    assert summarize(records, extra={"loop_lag_p99_ms": 1.0, "requests_issued": 1})["valid"] is True
+    assert summarize(records, one_user, extra={"loop_lag_p99_ms": 1.0, "requests_issued": 1})["valid"] is True
 
 
 @pytest.mark.parametrize(

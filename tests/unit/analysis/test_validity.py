@@ -1,0 +1,108 @@
+"""The validity rules of issue 9: all failed, error rate, offered vs achieved, fewer requests than users.
+
+Expected values are worked by hand in the comments; each rule is checked on both sides of its threshold.
+"""
+
+import pytest
+
+from servelab.analysis.summary import build_summary
+from servelab.config import RunConfig
+from servelab.records.schema import RequestRecord
+
+MS = 1_000_000
+S = 1_000_000_000
+
+
+def ok(i, intended_ns, end_ns):
+    t = [intended_ns + 5 * MS, end_ns - MS]
+    return RequestRecord(request_id=i, status="ok", intended_ns=intended_ns, sent_ns=intended_ns,
+                         first_token_ns=t[0], first_content_ns=t[0], last_token_ns=t[1], end_ns=end_ns,
+                         token_times_ns=t, usage_prompt_tokens=10, usage_completion_tokens=2,
+                         est_prompt_tokens=10, est_completion_tokens=2)
+
+
+def failed(i, intended_ns, code=404, error="model 'nope' does not exist"):
+    return RequestRecord(request_id=i, status="http_error", http_status=code, error=error,
+                         intended_ns=intended_ns, sent_ns=intended_ns, end_ns=intended_ns + MS)
+
+
+def summarize(records, **config):
+    cfg = RunConfig.model_validate(config)
+    return build_summary(records, cfg, started_ns=0, ended_ns=100 * S)
+
+
+def closed(n_ok, n_failed, users=1, **config):
+    recs = [ok(i, i * 100 * MS, i * 100 * MS + 50 * MS) for i in range(n_ok)]
+    recs += [failed(n_ok + i, (n_ok + i) * 100 * MS) for i in range(n_failed)]
+    return summarize(recs, load={"concurrency": users}, **config)
+
+
+def test_a_run_where_every_request_failed_is_invalid():
+    s = closed(0, 50)
+    assert s["valid"] is False
+    assert s["invalid_reasons"] == ["no request succeeded: all 50 attempts failed (http_error 50; HTTP 404 x50; "
+                                    "first error: model 'nope' does not exist)"]
+
+
+def test_error_rate_threshold_is_five_percent_by_default_and_configurable():
+    assert closed(19, 1)["valid"] is True  # 1 / 20 = 5.0%: not above 5%
+    s = closed(18, 2)  # 2 / 20 = 10%
+    assert s["valid"] is False
+    assert s["invalid_reasons"][0].startswith("error rate 10.0% (2 of 20 attempts failed: http_error 2; ")
+    assert "exceeds validity.max_error_rate 5.0%" in s["invalid_reasons"][0]
+    assert closed(18, 2, validity={"max_error_rate": 0.1})["valid"] is True
+
+
+def test_cancelled_requests_are_not_errors():
+    recs = [ok(i, i * 100 * MS, i * 100 * MS + 50 * MS) for i in range(10)]
+    recs += [RequestRecord(request_id=10 + i, status="cancelled", intended_ns=S) for i in range(5)]
+    assert summarize(recs, load={"concurrency": 1})["valid"] is True
+
+
+def test_nothing_measured_is_invalid():
+    recs = [RequestRecord(request_id=0, status="cancelled", intended_ns=0)]
+    s = summarize(recs, load={"concurrency": 1})
+    assert s["valid"] is False and s["invalid_reasons"][0].startswith("no request was measured")
+
+
+def test_fewer_requests_than_users_never_reach_steady_state():
+    s = closed(5, 0, users=8)
+    assert s["valid"] is False
+    assert s["invalid_reasons"] == ["only 5 measured requests at concurrency 8: fewer requests than users, so the "
+                                    "run never reached a steady state (send at least 8 requests, ideally many "
+                                    "more)"]
+    assert closed(8, 0, users=8)["valid"] is True
+
+
+def test_open_loop_server_that_falls_behind_is_invalid_with_both_rates():
+    # 100 requests offered at exactly 60/s; the server finishes one every 1/23.5 s. The middle 80% of the
+    # sends spans 0.8 * 99 / 60 s and of the completions 0.8 * 99 / 23.5 s: offered 60, achieved 23.5, 39%.
+    recs = [ok(i, i * S // 60, S + i * S * 2 // 47) for i in range(100)]
+    s = summarize(recs, load={"rate": 60})
+    load = s["offered_vs_achieved"]
+    assert load["offered_rps"] == pytest.approx(60, rel=1e-6)
+    assert load["achieved_rps"] == pytest.approx(23.5, rel=1e-6)
+    assert load["fraction"] == pytest.approx(23.5 / 60, rel=1e-6)
+    assert s["valid"] is False
+    assert s["invalid_reasons"] == [
+        "offered 60 req/s but requests completed at 23.5 req/s (39% < validity.min_achieved_fraction 90%): the "
+        "server did not keep up, so queues grew all run and latencies depend on how long it ran (lower the rate)"]
+    assert summarize(recs, load={"rate": 60}, validity={"min_achieved_fraction": 0.35})["valid"] is True
+
+
+def test_open_loop_server_that_keeps_up_is_valid_whatever_its_latency():
+    # Every request takes 3 s, longer than the whole 1.65 s send window: completions still come at 60/s.
+    recs = [ok(i, i * S // 60, i * S // 60 + 3 * S) for i in range(100)]
+    s = summarize(recs, load={"rate": 60})
+    assert s["offered_vs_achieved"]["fraction"] == pytest.approx(1.0, abs=1e-6)
+    assert s["valid"] is True
+
+
+def test_too_few_open_loop_requests_to_tell():
+    import numpy as np
+
+    from servelab.analysis.validity import offered_vs_achieved
+
+    intended = [float(i) for i in range(19)]
+
+    assert offered_vs_achieved(np.array(intended), np.array(intended) + 1) is None
