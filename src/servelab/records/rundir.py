@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 
 from servelab.errors import RunDirError
 from servelab.records.journal import REQUESTS_JOURNAL, SESSIONS_JOURNAL, read_journal
-from servelab.records.schema import REQUEST_COLUMNS, SCHEMA_VERSION, SESSION_COLUMNS
+from servelab.records.schema import MALFORMED, OK, REQUEST_COLUMNS, SCHEMA_VERSION, SESSION_COLUMNS, STATUSES
 
 _I = pa.int64()
 _REQUEST_TYPES: dict[str, pa.DataType] = {
@@ -88,8 +88,69 @@ def write_json(path: Path, data: Any) -> None:
 
 
 def rows_to_table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
+    """Rows as a table of ``schema``. Never fails because of a bad row: a value of the wrong type (a
+    string token count, a number beyond int64) becomes null, and an ``ok`` row holding one becomes
+    ``malformed`` with the reason (counts still add up); a row that is not an object is dropped."""
+    rows = [r for r in rows if isinstance(r, dict)]
     cols = {f.name: [r.get(f.name) for r in rows] for f in schema}
-    return pa.table(cols, schema=schema)
+    try:
+        return pa.table(cols, schema=schema)
+    except (pa.ArrowException, OverflowError, TypeError, ValueError):
+        pass
+    kinds = [(f.name, _kind(f.type)) for f in schema]
+    clean = [_clean_row(r, kinds) for r in rows]
+    return pa.table({f.name: [r.get(f.name) for r in clean] for f in schema}, schema=schema)
+
+
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _kind(t: pa.DataType) -> str:
+    if pa.types.is_integer(t):
+        return "int"
+    if pa.types.is_boolean(t):
+        return "bool"
+    if pa.types.is_string(t):
+        return "str"
+    if pa.types.is_list(t):
+        return "ints"
+    return "any"
+
+
+def _fit(v: Any, kind: str) -> tuple[Any, bool]:
+    """(value fitted to ``kind``, ok); null is always ok."""
+    if v is None or kind == "any":
+        return v, True
+    if kind == "int":
+        if v.__class__ is float and v.is_integer():
+            v = int(v)
+        return (v, True) if v.__class__ is int and _INT64[0] <= v <= _INT64[1] else (None, False)
+    if kind == "bool":
+        return (v, True) if v.__class__ is bool else (None, False)
+    if kind == "str":
+        return (v, True) if isinstance(v, str) else (None, False)
+    if isinstance(v, list) and all(x.__class__ is int and _INT64[0] <= x <= _INT64[1] for x in v):
+        return v, True
+    return None, False
+
+
+def _clean_row(row: dict[str, Any], kinds: list[tuple[str, str]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    bad: list[str] = []
+    for name, kind in kinds:
+        v, good = _fit(row.get(name), kind)
+        out[name] = v
+        if not good:
+            bad.append(f"{name}={repr(row.get(name))[:40]}")
+    if "status" in out and out["status"] not in STATUSES and out["status"] is not None:
+        bad.append(f"status={repr(out['status'])[:40]}")
+        out["status"] = MALFORMED
+    if bad and "status" in out:  # a request row: a value that could not be stored makes it malformed
+        note = "invalid field(s) in the record, not stored: " + ", ".join(bad)
+        if out["status"] in (OK, None):
+            out["status"] = MALFORMED
+        out["error"] = f"{out['error']}; {note}" if out.get("error") else note
+    return out
 
 
 def write_parquet_from_journal(run_dir: Path) -> None:
@@ -104,11 +165,35 @@ def write_parquet_from_journal(run_dir: Path) -> None:
 def _read_table(run_dir: Path, parquet: str, journal: str, schema: pa.Schema) -> pa.Table | None:
     p = run_dir / parquet
     if p.exists():
-        return pq.read_table(p)
+        try:
+            return conform(pq.read_table(p), schema)
+        except (OSError, pa.ArrowException) as e:  # a damaged file: fall back to the journal
+            if not (run_dir / journal).exists():
+                raise RunDirError(f"{p} cannot be read: {e}", hint="the run's journal is missing too") from None
     rows = list(read_journal(run_dir / journal))
     if rows or (run_dir / journal).exists():
         return rows_to_table(rows, schema)
     return None
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` with ``schema``'s columns and types: a missing column (an older run) is all null, a column
+    that cannot be cast is rebuilt value by value (bad values become null); extra columns are kept."""
+    if table.schema.equals(schema):
+        return table
+    for i, f in enumerate(schema):
+        idx = table.schema.get_field_index(f.name)
+        if idx < 0:
+            col = pa.nulls(table.num_rows, f.type)
+            table = table.add_column(min(i, table.num_columns), f.name, col)
+        elif not table.schema.field(idx).type.equals(f.type):
+            try:
+                col = table.column(idx).cast(f.type)
+            except (pa.ArrowException, ValueError):
+                kind = _kind(f.type)
+                col = pa.array([_fit(v, kind)[0] for v in table.column(idx).to_pylist()], type=f.type)
+            table = table.set_column(idx, f.name, col)
+    return table
 
 
 def read_run(path: str | Path) -> RunData:

@@ -9,6 +9,12 @@ string, once the chunk layout is learned: see ``_shape``). Everything it learns 
 
 Callbacks never raise: a fault becomes a status via :meth:`ModelExchange.finish`, which resolves the
 future the sender awaits and hands the connection back (or closes it when its state is unknown).
+
+Connection rules (docs/faults.md): 1xx interim responses (100 Continue, 103 Early Hints) are skipped;
+the socket goes back to the pool only after a message that ended in-band (Content-Length or chunked)
+with no byte after it, in that read or any later one; the record's status and ``http_status`` are
+never changed once it is finished; a response is capped at ``max_bytes``; a stream that goes quiet
+for ``idle_s`` after a token ends as ``timeout``.
 """
 
 from __future__ import annotations
@@ -19,33 +25,39 @@ from collections.abc import Callable
 import httptools
 import orjson
 
-from servelab.records.schema import DISCONNECTED, HTTP_ERROR, MALFORMED, OK, TIMEOUT, RequestRecord
+from servelab.records.schema import DISCONNECTED, HTTP_ERROR, MALFORMED, OK, RequestRecord
+from servelab.transport._deadlines import IDLE_S, Deadlines
+from servelab.transport._plain import PlainExchange  # noqa: F401 - re-exported (older import path)
 from servelab.transport._pool import Conn
 from servelab.transport._shape import learn_shape
 from servelab.transport._toolcalls import add_tool_deltas, tool_call_list
-from servelab.transport._wire import error_message, error_text
+from servelab.transport._wire import body_preview, error_message, error_text, usage_count
 from servelab.transport.sse import DONE, SSEParser
 
 _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
 _ERROR_BODY_MAX = 4096
 _MAX_LEARNS = 3  # layouts learned per response at most (a server whose chunks all differ costs little)
+MAX_RESPONSE_BYTES = 64 * 1024 * 1024  # default per-response cap
+_HEAD_MAX = 256  # bytes of an unreadable body kept for the error message
 
-# Body modes, chosen when the headers are complete.
-_SSE, _JSON, _ERRBODY = 1, 2, 3
+# Body modes, chosen when the headers are complete. _BAD: a 2xx body that is neither an event stream
+# nor JSON (an HTML error page, an unrequested gzip body); _DRAIN: after data: [DONE], nothing counts.
+_SSE, _JSON, _ERRBODY, _BAD, _DRAIN = 1, 2, 3, 4, 5
 
 
-class ModelExchange:
+class ModelExchange(Deadlines):
     """A chat/completions request whose answer is streamed (SSE) or whole (JSON)."""
 
     __slots__ = (
         "rec", "_now", "conn", "fut", "parser", "_t", "_mode", "_sse", "_body", "_text", "_times",
         "_done_ns", "_finished", "_framed", "_ctype", "_keep", "_timer", "_total_s", "_stream",
         "_usage_seen", "_pre", "_suf", "_cut_a", "_cut_b", "_learns", "_total_at", "_tools",
+        "_interim", "_extra", "_feeding", "_size", "_cap", "_idle_s", "_bad", "_head", "_enc",
     )
 
     def __init__(self, rec: RequestRecord, now: Callable[[], int], conn: Conn, stream: bool,
-                 total_s: float) -> None:
+                 total_s: float, idle_s: float = IDLE_S, max_bytes: int = MAX_RESPONSE_BYTES) -> None:
         self.rec = rec
         self._now = now
         self.conn = conn
@@ -72,78 +84,85 @@ class ModelExchange:
         self._learns = 0
         self._total_at = 0.0  # loop time of the total deadline
         self._tools: dict[int, list] | None = None  # streamed tool calls by index: [id, type, names, args]
-
-    # -- timers -------------------------------------------------------------------------------------
-
-    def arm(self, first_token_s: float) -> None:
-        """Start the timeouts (call right after the request bytes were written)."""
-        loop = asyncio.get_running_loop()
-        self._total_at = loop.time() + self._total_s
-        if self._stream and first_token_s < self._total_s:
-            self._timer = loop.call_later(first_token_s, self._on_first_token_deadline, first_token_s)
-        else:
-            self._timer = loop.call_later(self._total_s, self._on_total_deadline)
-
-    def _on_first_token_deadline(self, first_token_s: float) -> None:
-        self.conn.pool.inbox.flush()  # a token that arrived in time but is not parsed yet still counts
-        if self._finished:
-            return
-        if self.rec.first_token_ns is None:
-            self._t = self._now()
-            self.finish(TIMEOUT, f"no token within the first-token timeout of {first_token_s:g} s")
-            return
-        self._timer = asyncio.get_running_loop().call_later(self._total_s - first_token_s,
-                                                            self._on_total_deadline)
-
-    def _on_total_deadline(self) -> None:
-        self.conn.pool.inbox.flush()
-        if self._finished:
-            return
-        self._t = self._now()
-        if self._done_ns is not None:  # [DONE] arrived but the HTTP message never ended: data is whole
-            self._conclude()
-            return
-        self.finish(TIMEOUT, f"response not complete within the total timeout of {self._total_s:g} s")
+        self._interim = False  # parsing a 1xx interim response (skipped)
+        self._extra = False  # bytes came after the message: the socket is not reusable
+        self._feeding = False  # inside parser.feed_data: the socket is released after it returns
+        self._size = 0  # response bytes so far
+        self._cap = max_bytes
+        self._idle_s = idle_s
+        self._bad: str | None = None  # a fault in a field (usage, finish_reason): an ok becomes malformed
+        self._head = b""  # the first bytes of the body outside the fast path (for error messages)
+        self._enc = b""  # Content-Encoding
 
     # -- connection callbacks -----------------------------------------------------------------------
 
     def data(self, data: bytes, t: int) -> None:
         """Bytes that arrived at ``t`` (stamped by the connection's inbox)."""
         if self._finished:
+            if data:  # bytes after the answer (a duplicate, an over-long body): never reuse this socket
+                self.conn.close()
             return
         self._t = t
+        self._size += len(data)
+        self._feeding = True
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserCallbackError as err:  # a bug in a callback: report, never hang
+            self._extra = True
             if not self._finished:
                 self.finish(MALFORMED, f"client error while parsing the response: {err.__context__!r}")
         except httptools.HttpParserError as err:
+            self._extra = True  # garbage after a complete message is still unread bytes
             if not self._finished:
-                self.finish(MALFORMED, f"invalid HTTP response: {err}")
+                self.finish(MALFORMED, f"invalid HTTP response: {error_text(str(err).encode(), 200)}")
+        finally:
+            self._feeding = False
+        if not self._finished and self._size > self._cap:
+            self.finish(MALFORMED, f"response larger than the cap of {self._cap} bytes "
+                                   f"(target.max_response_bytes): stopped after {self._size} bytes")
+        if self._finished:
+            self._release()
 
     def lost(self, exc: Exception | None) -> None:
         if self._finished:
             return
         self._t = self._now()
-        if self._mode and not self._framed:  # the body ran until the socket closed: that is its end
+        try:
+            self._lost(exc)
+        except Exception as err:  # never raise out of connection_lost
+            self.finish(MALFORMED, f"client error at connection close: {err!r}")
+
+    def _lost(self, exc: Exception | None) -> None:
+        mode = self._mode
+        if mode and not self._framed and not self._interim:  # the body ran until the socket closed
             self.on_message_complete()
             return
-        if self._mode == _SSE and self._sse is not None:
+        if mode == _DRAIN:
+            self._conclude()
+            return
+        if mode == _SSE and self._sse is not None:
             for ev in self._sse.end():
                 if not self._event(ev):
-                    return
+                    break
+            if self._finished:
+                return
             if self._done_ns is not None or (self.rec.finish_reason and self._times):
                 self._conclude()
                 return
-        why = f": {exc}" if exc else ""
+        why = f": {error_text(str(exc).encode(), 200)}" if exc else ""
         where = "before the response" if self.rec.first_byte_ns is None else "mid-response"
         self.finish(DISCONNECTED, f"connection closed {where}{why}")
 
     # -- httptools callbacks ------------------------------------------------------------------------
 
     def on_message_begin(self) -> None:
+        if self._finished:  # a second message after ours: unread bytes
+            self._extra = True
+            return
         if self.rec.first_byte_ns is None:
             self.rec.first_byte_ns = self._t
+        self._ctype = self._enc = b""  # (again after a 1xx interim response)
+        self._framed = False
 
     def on_header(self, name: bytes, value: bytes) -> None:
         n = name.lower()
@@ -151,13 +170,24 @@ class ModelExchange:
             self._ctype = value.lower()
         elif n == b"content-length" or (n == b"transfer-encoding" and b"chunked" in value.lower()):
             self._framed = True
+        elif n == b"content-encoding":
+            self._enc = value.lower().strip()
 
     def on_headers_complete(self) -> None:
+        if self._finished:
+            self._extra = True
+            return
         status = self.parser.get_status_code()
+        if 100 <= status < 200 and status != 101:  # 100 Continue, 103 Early Hints: not the answer
+            self._interim = True
+            return
         self.rec.http_status = status
+        ctype = self._ctype
         if not 200 <= status < 300:
             self._mode = _ERRBODY
-        elif b"text/event-stream" in self._ctype or (self._stream and b"json" not in self._ctype):
+        elif (self._enc and self._enc != b"identity") or b"html" in ctype or b"xml" in ctype:
+            self._mode = _BAD  # nobody asked for gzip; an HTML page is a proxy's error, not an answer
+        elif b"text/event-stream" in ctype or (self._stream and b"json" not in ctype):
             self._mode = _SSE
             self._sse = SSEParser()
             return
@@ -178,17 +208,25 @@ class ModelExchange:
                     and body.startswith(b"data: ") and 13 not in body):
                 self._payload(body[6:end])
                 return
+            if len(self._head) < _HEAD_MAX:
+                self._head += body[:_HEAD_MAX]
             for ev in sse.feed(body):  # type: ignore[union-attr]
                 if not self._event(ev):
                     return
         elif mode == _JSON:
             self._body.append(body)
-        elif mode == _ERRBODY:
+        elif mode == _ERRBODY or mode == _BAD:
             if sum(map(len, self._body)) < _ERROR_BODY_MAX:
                 self._body.append(body)
+        elif not mode and self._finished:
+            self._extra = True
 
     def on_message_complete(self) -> None:
         if self._finished:
+            self._extra = True
+            return
+        if self._interim:
+            self._interim = False
             return
         try:
             self._keep = self.parser.should_keep_alive()
@@ -198,18 +236,24 @@ class ModelExchange:
         if mode == _SSE:
             for ev in self._sse.end():  # type: ignore[union-attr]
                 if not self._event(ev):
-                    return
+                    break
+            if not self._finished:
+                self._conclude()
+        elif mode == _DRAIN:
             self._conclude()
         elif mode == _JSON:
             self._whole_body()
+        elif mode == _BAD:
+            what = (b"Content-Encoding " + self._enc) if self._enc else (self._ctype or b"no Content-Type")
+            self.finish(MALFORMED, f"HTTP {self.rec.http_status} with a {error_text(what, 80)} body, not an "
+                                   f"answer: {body_preview(b''.join(self._body))}")
         else:
-            status = self.rec.http_status
-            self.finish(HTTP_ERROR, f"HTTP {status}: {error_text(b''.join(self._body))}")
+            self.finish(HTTP_ERROR, f"HTTP {self.rec.http_status}: {_error_body(b''.join(self._body))}")
 
     # -- SSE events (hot) ---------------------------------------------------------------------------
 
     def _event(self, ev: tuple) -> bool:
-        """Apply one parsed event; False when it ended the exchange (error or garbage)."""
+        """Apply one parsed event; False when nothing after it counts (an error, garbage, [DONE])."""
         name = ev[1]
         if name and name != b"message":
             if name == b"error":
@@ -248,17 +292,18 @@ class ModelExchange:
             return self._other(data)
         t = self._t
         rec = self.rec
+        self._times.append(t)
+        self._text.append(content)
         if rec.first_content_ns is None:
             rec.first_content_ns = t
             if rec.first_token_ns is None:
                 rec.first_token_ns = t
-        self._times.append(t)
-        self._text.append(content)
+                self._first()
         fr = c.get("finish_reason")
         if fr:
-            rec.finish_reason = fr
+            self._finish_reason(fr)
         usage = obj.get("usage")
-        if usage:
+        if usage is not None:
             self._usage(usage)
         elif not fr and self._learns < _MAX_LEARNS:  # a plain content chunk: learn its layout
             self._learns += 1
@@ -274,13 +319,13 @@ class ModelExchange:
             obj = _loads(data)
         except _JSONDecodeError:
             if data == DONE:
-                if self._done_ns is None:
-                    self._done_ns = self._t
-                return True
-            self.finish(MALFORMED, f"unparseable SSE data: {error_text(data, 200)}")
+                self._done_ns = self._t
+                self._mode = _DRAIN  # what follows [DONE] is not part of the answer
+                return False
+            self.finish(MALFORMED, f"unparseable SSE data: {body_preview(data)}")
             return False
         if obj.__class__ is not dict:
-            self.finish(MALFORMED, f"SSE data is not a JSON object: {error_text(data, 200)}")
+            self.finish(MALFORMED, f"SSE data is not a JSON object: {body_preview(data)}")
             return False
         choices = obj.get("choices")
         if choices and choices.__class__ is list and choices[0].__class__ is dict:
@@ -300,8 +345,10 @@ class ModelExchange:
             if content or reasoning or tool:
                 t = self._t
                 rec = self.rec
+                self._times.append(t)
                 if rec.first_token_ns is None:
                     rec.first_token_ns = t
+                    self._first()
                 if content:
                     self._text.append(str(content))
                     if rec.first_content_ns is None:
@@ -311,28 +358,48 @@ class ModelExchange:
                         rec.first_reasoning_ns = t
                 elif rec.first_content_ns is None:  # a tool call is visible output too
                     rec.first_content_ns = t
-                self._times.append(t)
             fr = c.get("finish_reason")
             if fr:
-                self.rec.finish_reason = fr
+                self._finish_reason(fr)
         usage = obj.get("usage")
-        if usage.__class__ is dict:
+        if usage is not None:
             self._usage(usage)
         elif not choices and ("error" in obj or obj.get("object") == "error"):
             self.finish(HTTP_ERROR, f"error in stream: {error_message(obj)}")
             return False
         return True
 
-    def _usage(self, usage: dict) -> None:
+    def _usage(self, usage: object) -> None:
+        """Take the token counts of a ``usage`` block; a wrong type anywhere makes the record malformed
+        (the bad value is never stored: one such row would break the run's Parquet file)."""
+        if usage.__class__ is not dict:
+            self._bad = self._bad or f"usage is {error_text(repr(usage).encode(), 60)}; expected an object"
+            return
         rec = self.rec
         self._usage_seen = True
-        rec.usage_prompt_tokens = usage.get("prompt_tokens", rec.usage_prompt_tokens)
-        rec.usage_completion_tokens = usage.get("completion_tokens", rec.usage_completion_tokens)
-        details = usage.get("prompt_tokens_details")
-        if details:
-            cached = details.get("cached_tokens")
+        prompt, why = usage_count(usage, "prompt_tokens")  # type: ignore[arg-type]
+        if prompt is not None:
+            rec.usage_prompt_tokens = prompt
+        done, why2 = usage_count(usage, "completion_tokens")  # type: ignore[arg-type]
+        if done is not None:
+            rec.usage_completion_tokens = done
+        details = usage.get("prompt_tokens_details")  # type: ignore[attr-defined]
+        why3 = None
+        if details.__class__ is dict:
+            cached, why3 = usage_count(details, "cached_tokens")
             if cached is not None:
                 rec.usage_cached_tokens = cached
+        elif details is not None:
+            why3 = "usage.prompt_tokens_details is not an object"
+        bad = why or why2 or why3
+        if bad and self._bad is None:
+            self._bad = bad.replace("usage.cached_tokens", "usage.prompt_tokens_details.cached_tokens")
+
+    def _finish_reason(self, fr: object) -> None:
+        if fr.__class__ is str:
+            self.rec.finish_reason = fr[:64]  # type: ignore[index]
+        elif self._bad is None:
+            self._bad = f"finish_reason is {error_text(repr(fr).encode(), 60)}; expected a string"
 
     # -- endings ------------------------------------------------------------------------------------
 
@@ -342,7 +409,11 @@ class ModelExchange:
         rec.est_completion_tokens = len(self._times)
         if self._done_ns is not None:
             rec.end_ns = self._done_ns
-        if self._done_ns is None and not rec.finish_reason:
+        if self._done_ns is None and not rec.finish_reason and not self._times and not self._usage_seen:
+            # Nothing of an OpenAI stream at all: an empty 200, or a body in some other format.
+            self.finish(MALFORMED, f"HTTP {rec.http_status} body is not an OpenAI event stream: "
+                                   f"{body_preview(self._head)}")
+        elif self._done_ns is None and not rec.finish_reason:
             self.finish(DISCONNECTED, "stream ended without [DONE] and without a finish_reason")
         elif not self._times:
             what = "only usage" if self._usage_seen else "no token"
@@ -357,19 +428,19 @@ class ModelExchange:
         try:
             obj = _loads(raw)
         except _JSONDecodeError:
-            self.finish(MALFORMED, f"unparseable JSON body: {error_text(raw, 200)}")
+            self.finish(MALFORMED, f"unparseable JSON body: {body_preview(raw)}")
             return
         if obj.__class__ is not dict:
-            self.finish(MALFORMED, f"JSON body is not an object: {error_text(raw, 200)}")
+            self.finish(MALFORMED, f"JSON body is not an object: {body_preview(raw)}")
             return
         if "error" in obj or obj.get("object") == "error":
             self.finish(HTTP_ERROR, f"error body: {error_message(obj)}")
             return
         usage = obj.get("usage")
-        if usage:
+        if usage is not None:
             self._usage(usage)
-        choices = obj.get("choices") or [{}]
-        c = choices[0] if isinstance(choices[0], dict) else {}
+        choices = obj.get("choices")
+        c = choices[0] if choices.__class__ is list and choices and choices[0].__class__ is dict else {}
         msg = c.get("message")
         if isinstance(msg, dict):
             content = msg.get("content")
@@ -377,10 +448,12 @@ class ModelExchange:
             tool = msg.get("tool_calls")
         else:
             content, reasoning, tool = c.get("text"), None, None
-        rec.finish_reason = c.get("finish_reason")
+        fr = c.get("finish_reason")
+        if fr is not None:
+            self._finish_reason(fr)
         t = self._t
         if content:
-            self._text.append(content)
+            self._text.append(str(content))
             rec.first_content_ns = t
         if reasoning:
             rec.first_reasoning_ns = t
@@ -402,6 +475,8 @@ class ModelExchange:
             return
         self._finished = True
         self._mode = 0
+        if status == OK and self._bad is not None:
+            status, error = MALFORMED, self._bad
         rec = self.rec
         if self._times:
             rec.last_token_ns = self._times[-1]
@@ -417,12 +492,16 @@ class ModelExchange:
             rec.est_completion_tokens = len(self._times)
         if self._timer is not None:
             self._timer.cancel()
-        conn = self.conn
-        if conn.exchange is self:
-            # Reuse only a socket whose message ended cleanly; anything else leaves unread bytes.
-            conn.done(self._keep)
+        if not self._feeding:  # inside feed_data, data() releases once it knows whether bytes followed
+            self._release()
         if not self.fut.done():
             self.fut.set_result(None)
+
+    def _release(self) -> None:
+        """Reuse only a socket whose message ended cleanly in-band with nothing after it; else close."""
+        conn = self.conn
+        if conn.exchange is self:
+            conn.done(self._keep and not self._extra and self._framed)
 
     def abort(self, status: str, error: str) -> None:
         """The sender gave up (cancelled): close the socket, whatever state it is in."""
@@ -431,64 +510,12 @@ class ModelExchange:
         self.finish(status, error)
 
 
-class PlainExchange:
-    """A small request read whole: status, lower-cased headers, body."""
-
-    __slots__ = ("conn", "fut", "parser", "status", "headers", "_body", "_keep", "_framed", "_done")
-
-    def __init__(self, conn: Conn) -> None:
-        self.conn = conn
-        self.fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.parser = httptools.HttpResponseParser(self)
-        self.status = 0
-        self.headers: dict[str, str] = {}
-        self._body: list[bytes] = []
-        self._keep = False
-        self._framed = False
-        self._done = False
-
-    @property
-    def body(self) -> bytes:
-        return b"".join(self._body)
-
-    def data(self, data: bytes, t: int = 0) -> None:
-        if self._done:
-            return
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserError as err:
-            self._end(err)
-
-    def lost(self, exc: Exception | None) -> None:
-        if self.status and not self._framed:
-            self._end(None)
-        else:
-            self._end(exc or ConnectionResetError("connection closed before the response ended"))
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        n = name.decode("latin-1").lower()
-        self.headers[n] = value.decode("latin-1")
-        if n == "content-length" or (n == "transfer-encoding" and "chunked" in self.headers[n].lower()):
-            self._framed = True
-
-    def on_headers_complete(self) -> None:
-        self.status = self.parser.get_status_code()
-
-    def on_body(self, body: bytes) -> None:
-        self._body.append(body)
-
-    def on_message_complete(self) -> None:
-        self._keep = self.parser.should_keep_alive()
-        self._end(None)
-
-    def _end(self, exc: BaseException | None) -> None:
-        if self._done:
-            return
-        self._done = True
-        if self.conn.exchange is self:
-            self.conn.done(self._keep and exc is None)
-        if not self.fut.done():
-            if exc is None:
-                self.fut.set_result(None)
-            else:
-                self.fut.set_exception(exc)
+def _error_body(raw: bytes) -> str:
+    """An error body as one clean line: the message of an OpenAI-style JSON error, else the text."""
+    try:
+        obj = _loads(raw)
+    except _JSONDecodeError:
+        return error_text(raw)
+    if obj.__class__ is dict and ("error" in obj or "message" in obj or "detail" in obj):
+        return error_message(obj)
+    return error_text(raw)

@@ -68,6 +68,7 @@ class Conn(asyncio.Protocol):
             self.pool.inbox.put(ex, data)
         else:  # bytes nobody asked for (a server talking out of turn): this socket is unusable
             self.close()
+            self.pool._forget(self)
 
     def eof_received(self) -> bool:
         return False  # close our side too; connection_lost follows
@@ -119,6 +120,7 @@ class Pool:
 
         Raises ``TimeoutError`` after the connect timeout and ``OSError`` when the connect fails.
         """
+        self.inbox.flush()  # bytes an idle socket got since its last answer close it before it is picked
         idle = self._idle
         while idle:
             conn = idle.pop()

@@ -6,6 +6,7 @@ Pure functions and small immutable values, so they are tested on their own (test
 from __future__ import annotations
 
 import os
+import re
 import ssl
 from dataclasses import dataclass
 from typing import Any
@@ -158,10 +159,36 @@ def build_body(req: ModelRequest, model: str | None, stream: bool, target_extra:
     return orjson.dumps(body)
 
 
+# Terminal escape sequences (CSI, OSC, other ESC sequences) and C0/C1 control characters. Server text is
+# untrusted: it reaches records and the terminal only through clean_text.
+_ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])|\x9b[0-?]*[ -/]*[@-~]")
+_CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
+
+
+def clean_text(text: str) -> str:
+    """``text`` without terminal escape sequences; runs of other control characters (newlines too) become
+    one space, so a server's message is one printable line."""
+    return _CONTROLS.sub(" ", _ESCAPES.sub("", text)).strip()
+
+
 def error_text(body: bytes, limit: int = ERROR_TEXT_MAX) -> str:
-    """An error body as text for a record: decoded leniently, whitespace-trimmed, truncated."""
-    text = body[: limit * 4].decode("utf-8", "replace").strip()
+    """An error body as text for a record: decoded leniently, escapes and control characters removed,
+    whitespace-trimmed, truncated."""
+    text = clean_text(body[: limit * 4].decode("utf-8", "replace"))
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def body_preview(body: bytes, limit: int = 120) -> str:
+    """The first bytes of a body nobody could read, for an error message: clean text when it is text,
+    else the byte count and the first bytes in hex (a gzip body, say)."""
+    if not body:
+        return "an empty body"
+    head = body[: limit * 4]
+    text = head.decode("utf-8", "replace")
+    bad = text.count("\ufffd") + len(_CONTROLS.findall(text.replace("\n", "").replace("\r", "").replace("\t", "")))
+    if bad * 10 > len(text):  # mostly binary
+        return f"binary data starting {body[:16].hex(' ')}"
+    return repr(error_text(head, limit))
 
 
 def error_message(payload: Any) -> str:
@@ -171,3 +198,21 @@ def error_message(payload: Any) -> str:
         msg = err.get("message") or err.get("detail") or err
         return error_text(str(msg).encode())
     return error_text(str(err).encode())
+
+
+INT64_MAX = 2**63 - 1
+
+
+def usage_count(usage: dict, key: str) -> tuple[int | None, str | None]:
+    """``usage[key]`` as a token count: (value, None), (None, None) when absent or null, or
+    (None, reason) when it is not a non-negative integer that fits in int64 (a string, a bool, 2.5, 1e30)."""
+    v = usage.get(key)
+    if v is None:
+        return None, None
+    if v.__class__ is int:
+        if 0 <= v <= INT64_MAX:
+            return v, None
+    elif v.__class__ is float and v.is_integer() and 0 <= v <= INT64_MAX:
+        return int(v), None
+    shown = error_text(repr(v).encode(), 40)
+    return None, f"usage.{key} is {shown} ({type(v).__name__}); expected a non-negative integer (int64)"

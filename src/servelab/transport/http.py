@@ -24,9 +24,10 @@ from servelab.config.models import TargetConfig
 from servelab.errors import TargetError
 from servelab.records.schema import CANCELLED, DISCONNECTED, TIMEOUT, RequestRecord
 from servelab.transport import _wire
-from servelab.transport._exchange import ModelExchange, PlainExchange
+from servelab.transport._exchange import IDLE_S, MAX_RESPONSE_BYTES, ModelExchange
+from servelab.transport._plain import PlainExchange
 from servelab.transport._pool import Pool
-from servelab.transport.base import ModelRequest
+from servelab.transport.base import ModelRequest, new_record
 
 _KNOWN_ENGINES = {"vllm": "vllm", "sglang": "sglang", "llamacpp": "llama.cpp", "llama.cpp": "llama.cpp",
                   "tensorrt_llm": "tensorrt-llm", "trtllm": "tensorrt-llm", "tgi": "tgi", "servelab": "servelab"}
@@ -61,17 +62,15 @@ class HttpTransport:
                        "completions": self.endpoint.path("/completions")}
         self._tokenize_style: str | None = None  # "vllm" | "llamacpp" | "none", once known
         self._extra = dict(target.extra_body)
+        self._idle_s = getattr(target.timeouts, "idle_s", IDLE_S)
+        self._max_bytes = getattr(target, "max_response_bytes", MAX_RESPONSE_BYTES)
 
     # -- model requests -------------------------------------------------------------------------------
 
     async def send(self, req: ModelRequest) -> RequestRecord:
         """Send ``req`` and return its timed record. Never raises for server faults; re-raises
         ``CancelledError`` after closing the connection (the caller owns cancellation)."""
-        rec = RequestRecord(
-            request_id=req.request_id, session_id=req.session_id, turn=req.turn, attempt=req.attempt,
-            warmup=req.warmup, intended_ns=req.intended_ns, requested_output_tokens=req.max_tokens,
-            est_prompt_tokens=req.est_prompt_tokens,
-        )
+        rec = new_record(req)
         model = self._model if self._model is not None else await self.resolve_model()
         stream = req.stream and self.target.stream
         body = _wire.build_body(req, model, stream, self._extra)
@@ -91,7 +90,7 @@ class HttpTransport:
             except OSError as err:
                 return _failed(rec, now(), DISCONNECTED, f"connect to {self.target.url} failed: {err}")
             reused = conn.reused > 0
-            ex = ModelExchange(rec, now, conn, stream, timeouts.total_s)
+            ex = ModelExchange(rec, now, conn, stream, timeouts.total_s, self._idle_s, self._max_bytes)
             conn.exchange = ex
             rec.sent_ns = now()
             conn.write(payload)
@@ -101,9 +100,11 @@ class HttpTransport:
             except asyncio.CancelledError:
                 ex.abort(CANCELLED, "cancelled by the caller")
                 raise
-            # A keep-alive socket the server had already closed: nothing was answered; retry once fresh.
+            # A keep-alive socket the server had already closed: nothing was answered; resend once on a
+            # fresh connection, in the same record (sent = ok + failed + cancelled still holds), and say so.
             if rec.status == DISCONNECTED and reused and rec.first_byte_ns is None and attempt == 0:
                 _reset(rec)
+                rec.conn_retries = 1
                 continue
             break
         return rec

@@ -7,7 +7,8 @@ so a multi-byte character split across two reads never matters.
 
 Follows the WHATWG event-stream rules: lines end with CRLF, LF or CR; a blank line dispatches the event;
 lines starting with ``:`` are comments (keep-alives); ``data`` lines accumulate, joined by LF; ``event``
-names the event; one leading space after the colon is dropped; an event without data is not dispatched.
+names the event; one leading space after the colon is dropped; an event without data is not dispatched;
+one UTF-8 byte order mark at the very start of the stream is skipped.
 One deliberate leniency: :meth:`SSEParser.end` dispatches a last event whose blank line never came
 (some servers close the stream right after ``data: [DONE]``).
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 DONE = b"[DONE]"
+BOM = b"\xef\xbb\xbf"
 _new_event = tuple.__new__  # builds an SSEEvent without NamedTuple's Python-level __new__
 
 
@@ -41,7 +43,7 @@ def single_data(data: bytes) -> bytes | None:
 class SSEParser:
     """Incremental SSE parser: ``feed(bytes) -> list[SSEEvent]``, then ``end()`` at end of stream."""
 
-    __slots__ = ("_buf", "_skip_lf", "_data", "_event", "_last_id", "pending")
+    __slots__ = ("_buf", "_skip_lf", "_data", "_event", "_last_id", "pending", "_start")
 
     def __init__(self) -> None:
         self._buf = b""  # an incomplete trailing line
@@ -50,13 +52,25 @@ class SSEParser:
         self._event = b""
         self._last_id: bytes | None = None
         # False while nothing is half-parsed: a caller may then take a lone "data: X\n\n" read itself
-        # (see :func:`single_data`) and skip building an event.
-        self.pending = False
+        # (see :func:`single_data`) and skip building an event. True at the start: a BOM may come first.
+        self.pending = True
+        self._start = True
 
     def feed(self, data: bytes) -> list[SSEEvent]:
         """Consume ``data``; return the events it completed (often empty, often one)."""
         if not data:
             return []
+        if self._start:
+            head = self._buf + data
+            if len(head) < 3 and BOM.startswith(head):
+                self._buf = head  # maybe a BOM split across reads: wait for more
+                return []
+            self._start = False
+            self._buf = b""
+            data = head[3:] if head.startswith(BOM) else head
+            if not data:
+                self.pending = False
+                return []
         if not self.pending:
             payload = single_data(data)
             if payload is not None:
@@ -84,6 +98,9 @@ class SSEParser:
     def end(self) -> list[SSEEvent]:
         """The stream ended: process a last unterminated line and dispatch a pending event."""
         out: list[SSEEvent] = []
+        if self._start and BOM.startswith(self._buf):
+            self._buf = b""  # only (part of) a BOM came
+        self._start = False
         if self._buf:
             line, self._buf = self._buf, b""
             self._line(line, out)
