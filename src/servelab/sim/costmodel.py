@@ -15,12 +15,12 @@ per-step and per-layer overheads and the efficiency constants come from the hard
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
 from servelab.sim.catalog import DTYPE_BYTES
 from servelab.sim.deployment import Deployment
+from servelab.sim.stepcost import StepTime
 
 ACT_BYTES = 2.0  # activations travel in BF16
 DISPATCH_BYTES = 1.0  # DeepEP-style FP8 dispatch
@@ -32,31 +32,36 @@ LL_TOKENS = 256  # up to this many tokens per GPU, all-to-all uses low-latency k
 A2A_SM_SHARE = 24 / 132
 
 
-@dataclass(frozen=True, slots=True)
-class StepCost:
-    time_s: float
-    compute_s: float  # part of the time bound by arithmetic
-    memory_s: float  # part bound by HBM traffic (weights, KV cache)
-    comm_s: float  # communication not hidden behind compute
-    imbalance: float  # expert load, max GPU over mean (1.0 = balanced or dense)
-    a2a_bytes: float  # all-to-all bytes sent by all GPUs this step
+# DeepEP low-latency kernels, H800 + 400 Gb/s NICs, hidden 7168, top-8, 128 tokens per GPU (facts/hardware.md):
+# dispatch + combine microseconds by EP size. About a third is fixed (launch, synchronisation), the rest scales
+# with the tokens sent and with the bottleneck link's speed relative to the H800's.
+LL_A2A_US = {8: 77 + 114, 16: 118 + 195, 32: 155 + 273, 64: 173 + 314, 128: 192 + 369, 256: 194 + 360}
+LL_FIXED_SHARE = 0.35
+H800_NVLINK_GBPS, H800_NIC_GBPS = 160.0, 50.0  # achieved all-to-all bandwidth in those measurements
+# Normal-mode (throughput) kernels: DeepEP reports ~190 us-class latency per dispatch + combine before
+# bandwidth dominates; the bytes then move at the measured 153-158 GB/s (NVLink) / 43-58 GB/s (RDMA).
+NORMAL_A2A_FIXED_US = 190.0
+MOE_LAYER_OVERHEAD_US = 15.0  # router top-k, token permute/unpermute, grouped-GEMM launches per MoE layer
 
 
-class CostModel:
-    """Step times for one deployment; results are memoized on quantized batch shapes."""
+class RooflineCost:
+    """The built-in step-cost backend: a roofline per layer part, memoized on quantized batch shapes."""
+
+    name = "roofline"
 
     def __init__(self, dep: Deployment) -> None:
         self.dep = d = dep
         m, hw, fam = d.model, d.hardware, d.family
         self.m = m
         self.peak_w = hw.tflops(d.dtype) * 1e12
-        self.peak_e = hw.tflops(d.expert_dtype) * 1e12
+        self.peak_e = hw.tflops(d.expert_compute_dtype) * 1e12
         self.peak_a = hw.bf16_tflops * 1e12
         self.bw = hw.hbm_tbps * 1e12 * fam.mem_eff
         self.ce, self.dce = fam.compute_eff, fam.decode_compute_eff
         self.wb, self.eb, self.kvb = DTYPE_BYTES[d.dtype], DTYPE_BYTES[d.expert_dtype], DTYPE_BYTES[d.kv_dtype]
-        self.step_oh = fam.step_overhead_us * 1e-6
+        self.step_oh = 0.0  # CPU-side per-step time is the engine profile's (sim/stepcost.EngineStep)
         self.layer_oh = fam.layer_overhead_us * 1e-6
+        self.moe_oh = MOE_LAYER_OVERHEAD_US * 1e-6
         # Links: scale-up (inside the domain) and scale-out, per direction, derated by comm_eff.
         self.up_bw = hw.scaleup_gbps / 2 * 1e9 * fam.comm_eff
         if hw.scaleup_topology.startswith("torus"):
@@ -81,11 +86,14 @@ class CostModel:
         self.frac_sliding = m.n_sliding_layers / m.layers
         self.frac_moe = m.n_moe_layers / m.layers
         if m.is_moe:
-            e = np.arange(1, m.n_experts + 1, dtype=np.float64) ** -d.expert_skew
+            e = np.arange(1, m.n_experts + 1, dtype=np.float64) ** -d.skew
             self.pop = e / e.sum()
-            shares = self.pop.reshape(d.ep, -1).sum(axis=1) if d.ep > 1 else np.ones(1)
-            self.static_imb = 1.0 if (d.eplb or d.expert_skew == 0) else float(shares.max() * d.ep)
-        self._memo: dict[tuple[int, ...], StepCost] = {}
+            # Popular experts land on ranks in no particular order: a fixed seeded placement, not sorted.
+            placed = np.random.default_rng(0).permutation(self.pop)
+            shares = placed.reshape(d.ep, -1).sum(axis=1) if d.ep > 1 else np.ones(1)
+            self.static_imb = 1.0 if (d.eplb or d.skew == 0) else float(shares.max() * d.ep)
+        self.ll_fixed, self.ll_var = self._ll_table()
+        self._memo: dict[tuple[int, ...], StepTime] = {}
 
     # ------------------------------------------------------------------ helpers
     def _eff(self, rows: float) -> float:
@@ -131,11 +139,17 @@ class CostModel:
         if win and p_tok:
             p_pairs, p_ctx = min(p_pairs, p_tok * win), min(p_ctx, p_tok + win)
         q = d.spec_tokens + 1
-        flops = 2 * m.heads * (m.attn_core_dim * ctx_dec * q + self.prefill_core * p_pairs) / tp
-        kv_bytes = (ctx_dec + p_ctx) * self.kv_vals * self.kvb / attn_dp
-        tc, tm = self._roof(flops, self.peak_a, self.dce if p_tok == 0 else self.ce, kv_bytes)
+        # Decode attention (small-GEMM efficiency) and prefill attention (big-GEMM efficiency) are separate
+        # kernels: pricing them apart keeps the step monotone when a prefill token joins a decode batch.
+        tc, tm = self._roof(2 * m.heads * m.attn_core_dim * ctx_dec * q / tp, self.peak_a, self.dce,
+                            ctx_dec * self.kv_vals * self.kvb / attn_dp)
         c += tc
         mem += tm
+        if p_tok:
+            tc, tm = self._roof(2 * m.heads * self.prefill_core * p_pairs / tp, self.peak_a, self.ce,
+                                p_ctx * self.kv_vals * self.kvb / attn_dp)
+            c += tc
+            mem += tm
         comm = self._allreduce(tok * m.hidden * ACT_BYTES, attn_tp)
         imb, a2a = 1.0, 0.0
         if not moe:
@@ -158,25 +172,59 @@ class CostModel:
         n = tok * m.top_k
         touched = self._touched(n)
         ep = d.ep
-        if ep > 1 and d.expert_skew > 0:
-            imb = self.static_imb * (1 + math.sqrt(2 * math.log(ep) / max(n / ep, 1.0)))
+        if ep > 1:
+            imb = self.imbalance(n)
         per_gpu_experts = min(m.n_experts / ep, touched / ep * self.static_imb)
         rows_e = n / max(touched, 1.0)
+        # The slowest EP rank sets the layer: its routed-expert work is ``imb`` times the mean.
         tc, tm = self._roof(2 * m.expert_params * n / tp * imb, self.peak_e, self._eff(rows_e),
                             per_gpu_experts * m.expert_params * self.eb / d.moe_tp)
         c += tc
         mem += tm
-        if ep > 1:
-            t_a2a, a2a = self._all_to_all(tok)
-            comm += t_a2a
-            if d.overlap and tok / d.tp > LL_TOKENS:
-                c /= 1.0 - A2A_SM_SHARE
         if d.moe_tp > 1 or (attn_tp == 1 and ep == 1 and tp > 1):
             comm += self._allreduce(tok * m.hidden * ACT_BYTES, d.moe_tp if attn_tp > 1 else tp)
+        if ep > 1:
+            # The engine picks the cheaper all-to-all kernel family for the batch (low-latency for small
+            # decode batches, normal for large ones); taking the cheaper keeps the step monotone in work.
+            t_ll, b_ll = self._all_to_all(tok, imb, low_latency=True)
+            t_nm, b_nm = self._all_to_all(tok, imb, low_latency=False)
+            c_nm = c / (1.0 - A2A_SM_SHARE) if d.overlap else c  # normal kernels take SMs from overlapped work
+            if c + t_ll <= c_nm + t_nm or tok / d.tp <= LL_TOKENS // 4:
+                return c, mem, comm + t_ll, imb, b_ll
+            return c_nm, mem, comm + t_nm, imb, b_nm
         return c, mem, comm, imb, a2a
 
-    def _all_to_all(self, tok: float) -> tuple[float, float]:
-        """(seconds, total bytes) of one MoE layer's dispatch + combine across ``ep`` GPUs."""
+    def imbalance(self, n: float) -> float:
+        """Tokens on the busiest EP rank over the mean, for ``n`` routed token-expert assignments: the static
+        popularity skew (none with EPLB) times the sampling spread ``1 + sqrt(2 ln ep / (n / ep))``; never
+        above ``ep`` (everything on one rank)."""
+        ep = self.dep.ep
+        if ep <= 1 or self.dep.skew == 0:  # expert_skew=0: perfectly balanced routing (an idealisation)
+            return 1.0
+        noise = 1 + math.sqrt(2 * math.log(ep) / max(n / ep, 1.0))
+        return min(float(ep), self.static_imb * noise)
+
+    def _ll_table(self) -> tuple[float, float]:
+        """(fixed s, variable s at 128 tokens) of one low-latency dispatch + combine at this EP size, the
+        measured H800 figures scaled to this hardware's bottleneck link."""
+        d, hw = self.dep, self.dep.hardware
+        if d.ep <= 1:
+            return 0.0, 0.0
+        keys = sorted(LL_A2A_US)
+        ep = min(max(d.ep, keys[0]), keys[-1])
+        lo = max(k for k in keys if k <= ep)
+        hi = min(k for k in keys if k >= ep)
+        us = LL_A2A_US[lo] if lo == hi else LL_A2A_US[lo] + (LL_A2A_US[hi] - LL_A2A_US[lo]) * math.log(ep / lo) / math.log(hi / lo)
+        if d.ep <= self.domain:
+            ratio = H800_NVLINK_GBPS / (hw.scaleup_gbps / 2 * self.dep.family.comm_eff / 0.9)
+        else:
+            ratio = H800_NIC_GBPS / max(hw.scaleout_gbps or 3.125, 1e-9)
+        scale = self.m.hidden / 7168 * max(self.m.top_k, 1) / 8
+        return us * LL_FIXED_SHARE * 1e-6, us * (1 - LL_FIXED_SHARE) * 1e-6 * ratio * scale
+
+    def _all_to_all(self, tok: float, imb: float, low_latency: bool) -> tuple[float, float]:
+        """(seconds, total bytes) of one MoE layer's dispatch + combine across ``ep`` GPUs. The busiest rank
+        receives ``imb`` times the mean, and every rank waits for it."""
         d, m = self.dep, self.m
         ep, k = d.ep, m.top_k
         per_gpu_tok = tok / d.tp
@@ -184,19 +232,21 @@ class CostModel:
         local = min(ep, self.domain)
         intra = per_gpu_tok * k * unit * (local - 1) / ep
         groups = ep / local
+        if low_latency:  # straight to each expert's GPU, no per-node deduplication
+            inter = per_gpu_tok * k * unit * (ep - local) / ep if groups > 1 else 0.0
+            t = self.ll_fixed + self.ll_var * per_gpu_tok / 128 * imb
+            return t, (intra + inter) * d.tp
         inter = 0.0
-        if groups > 1 and per_gpu_tok > LL_TOKENS:  # normal mode: once per distinct remote domain, then fan out
+        if groups > 1:  # normal mode: once per distinct remote domain, then fan out over NVLink
             distinct = groups * (1 - (1 - 1 / groups) ** k)
             inter = per_gpu_tok * unit * distinct * (groups - 1) / groups
-        elif groups > 1:  # low-latency mode (small decode batches): straight to each expert's GPU
-            inter = per_gpu_tok * k * unit * (ep - local) / ep
-        t = 2 * self.up_lat + intra / self.up_bw
+        t = NORMAL_A2A_FIXED_US * 1e-6 + intra * imb / self.up_bw
         if inter:
-            t = max(t, 2 * self.out_lat + inter / self.out_bw)
+            t = max(t, NORMAL_A2A_FIXED_US * 1e-6 + inter * imb / self.out_bw)
         return t, (intra + inter) * d.tp
 
     # ------------------------------------------------------------------ one step
-    def step(self, n_dec: int, ctx_dec: int, p_tok: int = 0, p_pairs: int = 0, p_ctx: int = 0) -> StepCost:
+    def step(self, n_dec: int, ctx_dec: int, p_tok: int = 0, p_pairs: int = 0, p_ctx: int = 0) -> StepTime:
         """Cost of a step with ``n_dec`` decoding sequences (sum of contexts ``ctx_dec``) and prefill chunks
         totalling ``p_tok`` tokens, ``p_pairs`` causal attention pairs and ``p_ctx`` context tokens read."""
         key = (n_dec, _q(ctx_dec), _q(p_tok), _q(p_pairs), _q(p_ctx))
@@ -209,12 +259,12 @@ class CostModel:
         self._memo[key] = cost
         return cost
 
-    def _compute(self, n_dec: int, ctx_dec: float, p_tok: float, p_pairs: float, p_ctx: float) -> StepCost:
+    def _compute(self, n_dec: int, ctx_dec: float, p_tok: float, p_pairs: float, p_ctx: float) -> StepTime:
         d, m = self.dep, self.m
         q = d.spec_tokens + 1
         tok = n_dec * q + p_tok
         if tok <= 0:
-            return StepCost(self.step_oh * d.slowdown, 0.0, 0.0, 0.0, 1.0, 0.0)
+            return StepTime(self.step_oh * d.slowdown, 0.0, 0.0, 0.0, 1.0, 0.0)
         seqs = n_dec + (1 if p_tok else 0)
         mb = max(1, min(d.pp, seqs))  # pipeline micro-batches
         f = 1.0 / mb
@@ -243,7 +293,7 @@ class CostModel:
             else:
                 lc, lm, lcomm, limb, la2a = self._layer(*args, moe=moe, sliding=sliding)
                 t = lc + lm + lcomm
-            layer_time += n_layers * (t + self.layer_oh)
+            layer_time += n_layers * (t + self.layer_oh + (self.moe_oh if moe else 0.0))
             c += n_layers * lc
             mem += n_layers * lm
             comm += n_layers * lcomm
@@ -271,7 +321,10 @@ class CostModel:
             p2p = (d.pp - 1) * (lat + tok * f * m.hidden * ACT_BYTES / d.tp / bw)
         total = self.step_oh + scale * layer_time + p2p
         k = d.slowdown  # what-if: a slower or throttled device stretches every part of the step
-        return StepCost(total * k, c * scale * k, mem * scale * k, (comm * scale + p2p) * k, imb, a2a)
+        return StepTime(total * k, c * scale * k, mem * scale * k, (comm * scale + p2p) * k, imb, a2a)
+
+
+CostModel = RooflineCost  # the name earlier revisions used
 
 
 def _q(x: float) -> int:

@@ -21,8 +21,17 @@ from typing import Any
 
 from servelab.errors import DeploymentError
 from servelab.sim.catalog import DTYPE_BYTES, Catalog, Family, Hardware, ModelSpec, default_catalog
+from servelab.sim.engines import EngineProfile, engine_profile
 
 GB = 1e9
+GIB = float(1 << 30)  # HBM capacities are sold in binary units: an "80 GB" H100 has 81,559 MiB (nvidia-smi)
+DEFAULT_ENGINE = "vllm"
+SLIDING_RESERVE_SEQS = 128
+# Zipf exponent of expert popularity when the target does not say: routing measured on real traffic is skewed
+# (SGLang reports 1.49x prefill / 2.54x decode speed-ups from its expert load balancer over unbalanced
+# routing, facts/hardware.md); 0.6 over 256 experts puts the hottest of 32 ranks ~1.4x over the mean
+# before sampling noise. eplb=true removes the static part; expert_skew=0 is perfectly balanced routing.
+DEFAULT_EXPERT_SKEW = 0.6
 RUNTIME_RESERVE_BYTES = 1.0 * GB  # CUDA context, graphs, allocator slack (assumption, vLLM-like)
 
 
@@ -54,23 +63,28 @@ class Deployment:
     dp_attention: bool = False
     dtype: str = "bf16"
     kv_dtype: str = ""  # "" = same as dtype (fp4 weights keep an fp8 cache)
-    gpu_memory_utilization: float = 0.9
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 8192
+    gpu_memory_utilization: float = 0.0  # 0 = the engine's default
+    max_num_seqs: int = 0  # 0 = the engine's default; per attention rank under dp_attention
+    max_num_batched_tokens: int = 0  # 0 = the engine's default; per attention rank under dp_attention
     max_model_len: int = 0  # 0 = the model's maximum
     block_size: int = 16
     prefix_caching: bool = True
     chunked_prefill: bool = True
     overlap: bool = False  # two micro-batches overlapping compute with communication
     eplb: bool = False
-    expert_skew: float = 0.0  # Zipf exponent of expert popularity; 0 = perfectly balanced routing
+    expert_skew: float = -1.0  # Zipf exponent of expert popularity; 0 = balanced; < 0 = DEFAULT_EXPERT_SKEW
     spec_tokens: int = 0  # speculative (MTP) draft tokens per decode step
     spec_acceptance: float = 0.7
     pd: str = ""  # "P:D" nodes for disaggregated prefill/decode; "" = co-located
     natural_median: int = 256  # median natural output length (lognormal), tokens
     natural_sigma: float = 0.8
     slowdown: float = 1.0  # what-if: every step takes this many times longer (a slower or throttled device)
+    engine: str = DEFAULT_ENGINE  # serving-engine profile: vllm | sglang | trtllm [:VERSION]
+    cost_backend: str = "auto"  # step-cost backend: auto | silicon | roofline
+    jitter: float = 0.02  # seeded spread of step times (sigma of a lognormal factor); 0 = none
+    async_scheduling: bool | None = None  # None = the engine's default
     memory: Memory | None = field(default=None, compare=False)
+    profile: EngineProfile | None = field(default=None, compare=False)
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -94,10 +108,14 @@ class Deployment:
             p, dn = _parse_pd(d.pd, d.nodes)
             pre = replace(d, pd="", nodes=p).validated()
             replace(d, pd="", nodes=dn).validated()
-            return replace(d, max_model_len=pre.max_model_len, kv_dtype=pre.kv_dtype)
+            return replace(d, max_model_len=pre.max_model_len, kv_dtype=pre.kv_dtype, max_num_seqs=pre.max_num_seqs,
+                           max_num_batched_tokens=pre.max_num_batched_tokens, profile=pre.profile,
+                           gpu_memory_utilization=pre.gpu_memory_utilization)
         world = d.gpus_per_node * d.nodes
         _check_dtype("dtype", d.dtype)
-        kv_dtype = d.kv_dtype or ("fp8" if d.dtype == "fp4" else d.dtype)
+        prof = engine_profile(d.engine)
+        d = _engine_defaults(d, prof)
+        kv_dtype = d.kv_dtype or (d.dtype if d.dtype in ("bf16", "fp16") else prof.kv_dtype)
         _check_dtype("kv_dtype", kv_dtype)
         pp = d.pp
         if pp < 1 or world % pp:
@@ -141,7 +159,13 @@ class Deployment:
                                   hint="use e.g. slowdown=2 for a device twice as slow; 1 = as calibrated")
         if not 0.0 <= d.spec_acceptance <= 1.0 or d.spec_tokens < 0:
             raise DeploymentError("spec_acceptance must be in [0, 1] and spec_tokens >= 0")
-        out = replace(d, tp=tp, dp=dp, kv_dtype=kv_dtype, max_model_len=mml)
+        if not (0.0 <= d.jitter < 1.0):
+            raise DeploymentError(f"jitter={d.jitter} must be in [0, 1) (sigma of the step-time spread)",
+                                  hint="use e.g. jitter=0.02; jitter=0 for exactly repeatable step times")
+        if d.cost_backend not in ("auto", "silicon", "roofline"):
+            raise DeploymentError(f"backend={d.cost_backend!r} is not a step-cost backend",
+                                  hint="use backend=auto (silicon where covered, else roofline), silicon or roofline")
+        out = replace(d, tp=tp, dp=dp, kv_dtype=kv_dtype, max_model_len=mml, profile=prof)
         return replace(out, memory=_plan_memory(out))
 
     # ------------------------------------------------------------------ derived sizes
@@ -160,6 +184,36 @@ class Deployment:
     @property
     def moe_tp(self) -> int:
         return self.tp // self.ep
+
+    @property
+    def sched_max_seqs(self) -> int:
+        """Running-sequence limit of one replica's scheduler (the per-rank limit times the attention ranks)."""
+        return self.max_num_seqs * self.attn_dp
+
+    @property
+    def sched_max_tokens(self) -> int:
+        return self.max_num_batched_tokens * self.attn_dp
+
+    @property
+    def async_sched(self) -> bool:
+        if self.async_scheduling is not None:
+            return self.async_scheduling
+        return bool(self.profile and self.profile.async_scheduling)
+
+    @property
+    def skew(self) -> float:
+        """Zipf exponent of expert popularity in effect."""
+        return DEFAULT_EXPERT_SKEW if self.expert_skew < 0 else self.expert_skew
+
+    @property
+    def expert_compute_dtype(self) -> str:
+        """Precision the expert GEMMs run at: FP4 weights on a GPU without an FP4 path run at the engine's
+        kernel precision there (vLLM/SGLang W4A16: BF16 math; TensorRT-LLM W4A8: FP8)."""
+        e = self.expert_dtype
+        if e == "fp4" and not self.hardware.fp4_tflops:
+            want = self.profile.fp4_compute_hopper if self.profile else "fp8"
+            return want if (want != "fp8" or self.hardware.fp8_tflops) else "bf16"
+        return e
 
     @property
     def expert_dtype(self) -> str:
@@ -182,11 +236,27 @@ class Deployment:
     def describe(self) -> dict[str, Any]:
         mem = self.memory
         d = {k: v for k, v in asdict(self).items() if k not in ("model", "hardware", "family", "memory")}
-        d.update(model=self.model.name, hardware=self.hardware.name, gpus=self.world)
+        d.pop("profile", None)
+        d.update(model=self.model.name, hardware=self.hardware.name, gpus=self.world, expert_skew=self.skew,
+                 async_scheduling=self.async_sched)
         if mem is not None:
             d.update(weights_gb_per_gpu=round(mem.weights / GB, 2), kv_tokens=mem.kv_tokens,
                      kv_blocks=mem.kv_blocks, kv_bytes_per_token_per_gpu=round(mem.kv_bytes_per_token, 1))
         return d
+
+
+def _engine_defaults(d: Deployment, prof: EngineProfile) -> Deployment:
+    """Fill the settings the user left unset (0) from the engine profile (GPU-memory dependent)."""
+    seqs, toks = prof.batch_defaults(d.hardware.hbm_gb)
+    changes: dict[str, Any] = {}
+    if not d.max_num_seqs:
+        changes["max_num_seqs"] = seqs
+    if not d.max_num_batched_tokens:
+        changes["max_num_batched_tokens"] = max(toks, (changes.get("max_num_seqs") or d.max_num_seqs)
+                                                * (1 + d.spec_tokens))
+    if not d.gpu_memory_utilization:
+        changes["gpu_memory_utilization"] = prof.gpu_memory_utilization
+    return replace(d, **changes) if changes else d
 
 
 def _check_dtype(name: str, v: str) -> None:
@@ -230,7 +300,7 @@ def weight_bytes(d: Deployment) -> tuple[float, float]:
 def _plan_memory(d: Deployment) -> Memory:
     m, hw = d.model, d.hardware
     per_gpu, total = weight_bytes(d)
-    usable = hw.hbm_gb * GB * d.gpu_memory_utilization
+    usable = hw.hbm_gb * GIB * d.gpu_memory_utilization
     acts = RUNTIME_RESERVE_BYTES + d.max_num_batched_tokens * m.hidden * 2 * 12 / d.tp \
         + d.max_num_seqs * m.vocab * 4 / d.attn_tp
     kvb = DTYPE_BYTES[d.kv_dtype]
@@ -242,7 +312,10 @@ def _plan_memory(d: Deployment) -> Memory:
         values = 2 * max(1, kvh // d.attn_tp) * m.attention["head_dim"]
     sliding_layers = m.n_sliding_layers / d.pp
     per_token = (stage_layers - sliding_layers) * values * kvb
-    seqs_per_rank = math.ceil(d.max_num_seqs / d.attn_dp)
+    # Sliding-window layers keep at most one window per running sequence. Engines allocate those pages from
+    # the same pool on demand (vLLM's hybrid KV manager), not for max_num_seqs up front: we set windows aside
+    # for up to SLIDING_RESERVE_SEQS sequences per rank and let the per-token pool absorb the rest.
+    seqs_per_rank = min(d.max_num_seqs, SLIDING_RESERVE_SEQS)
     sliding = sliding_layers * values * kvb * m.sliding_window * seqs_per_rank
     free = usable - per_gpu - acts - sliding
     if free <= 0:
@@ -260,7 +333,7 @@ def _plan_memory(d: Deployment) -> Memory:
 
 def _no_fit(d: Deployment, per_gpu: float, total: float, usable: float, reserve: float) -> DeploymentError:
     m, hw = d.model, d.hardware
-    have = d.world * hw.hbm_gb * GB
+    have = d.world * hw.hbm_gb * GB  # as sold ("80 GB"); usable memory counts them as GiB
     msg = (f"{m.name} in {d.dtype.upper()} needs {_fmt(total)} of weights ({_fmt(per_gpu)} on the fullest GPU, "
            f"plus {_fmt(reserve)} of activations); {d.world} x {hw.name} hold {_fmt(have)} "
            f"({_fmt(usable)} usable per GPU at gpu_memory_utilization={d.gpu_memory_utilization})")
@@ -277,7 +350,7 @@ def _no_fit(d: Deployment, per_gpu: float, total: float, usable: float, reserve:
 
 
 def _gpus_tip(total: float, hw: Hardware, d: Deployment, what: str) -> str:
-    per_gpu_room = hw.hbm_gb * GB * d.gpu_memory_utilization * 0.75  # leave a quarter for the KV cache
+    per_gpu_room = hw.hbm_gb * GIB * d.gpu_memory_utilization * 0.75  # leave a quarter for the KV cache
     need = max(1, math.ceil(total / per_gpu_room))
     gpn = d.gpus_per_node
     nodes = math.ceil(need / gpn)

@@ -50,6 +50,8 @@ _KEYS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "pd": ("pd", str), "disagg": ("pd", str), "natural_median": ("natural_median", int),
     "natural_sigma": ("natural_sigma", float), "gpus_per_node": ("gpus_per_node", int),
     "slowdown": ("slowdown", float),
+    "engine": ("engine", str.lower), "backend": ("cost_backend", str.lower), "cost": ("cost_backend", str.lower),
+    "jitter": ("jitter", float), "async_scheduling": ("async_scheduling", _bool),
 }
 
 _SPEC = re.compile(r"^(?P<model>[^@,]+)@(?:(?P<nodes>\d+)x)?(?P<count>\d+)x(?P<hw>[^,]+)$", re.IGNORECASE)

@@ -1,0 +1,82 @@
+"""Serving-engine profiles: each engine's published defaults and its CPU-side overheads.
+
+``engine=vllm|sglang|trtllm[:VERSION]`` in a sim target selects a profile from ``catalog/engines.yaml``; it
+fills every setting the user left unset (``max_num_seqs``, ``max_num_batched_tokens``,
+``gpu_memory_utilization``, the KV dtype an FP8/FP4 checkpoint runs with, the compute precision of FP4
+experts on GPUs without an FP4 path, asynchronous scheduling) and carries the overheads the cost model adds
+per step and per request. An explicit setting always wins. Under ``dp_attention`` the limits are per
+attention rank, as in all three engines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from servelab.errors import TargetError
+
+_FILE = Path(__file__).parent / "catalog" / "engines.yaml"
+BIG_GPU_GB = 70.0  # vLLM's threshold for its large-GPU batch defaults (70 GiB ~ 75 GB)
+HUGE_GPU_GB = 160.0  # SGLang raises its chunked prefill size on B200-class memory
+
+
+@dataclass(frozen=True, slots=True)
+class EngineProfile:
+    name: str
+    version: str
+    max_num_seqs: int
+    max_num_seqs_small_gpu: int
+    max_num_batched_tokens: int
+    max_num_batched_tokens_small_gpu: int
+    max_num_batched_tokens_big_gpu: int
+    gpu_memory_utilization: float
+    kv_dtype: str
+    fp4_compute_hopper: str
+    async_scheduling: bool
+    step_cpu_us: float
+    step_cpu_per_seq_us: float
+    api_ms: float
+    api_sigma: float
+    source: str
+
+    def batch_defaults(self, hbm_gb: float) -> tuple[int, int]:
+        """(max_num_seqs, max_num_batched_tokens) this engine picks on a GPU with ``hbm_gb`` of memory."""
+        if hbm_gb < BIG_GPU_GB:
+            return self.max_num_seqs_small_gpu, self.max_num_batched_tokens_small_gpu
+        if hbm_gb >= HUGE_GPU_GB:
+            return self.max_num_seqs, self.max_num_batched_tokens_big_gpu
+        return self.max_num_seqs, self.max_num_batched_tokens
+
+    def facts(self) -> dict[str, Any]:
+        return {"name": self.name, "version": self.version, "async_scheduling": self.async_scheduling,
+                "step_cpu_us": self.step_cpu_us, "step_cpu_per_seq_us": self.step_cpu_per_seq_us,
+                "api_ms": self.api_ms, "source": self.source}
+
+
+@lru_cache(maxsize=1)
+def profiles() -> dict[str, EngineProfile]:
+    data = yaml.safe_load(_FILE.read_text())["engines"]
+    out = {}
+    for name, e in data.items():
+        e = dict(e)
+        e.setdefault("max_num_batched_tokens_big_gpu", e["max_num_batched_tokens"])
+        out[name] = EngineProfile(name=name, version=str(e.pop("version")), **e)
+    return out
+
+
+def engine_profile(spec: str) -> EngineProfile:
+    """``"vllm"`` or ``"vllm:0.11"`` (a version is recorded, the profile is the engine's) -> its profile."""
+    name, _, version = spec.strip().lower().partition(":")
+    name = {"tensorrt-llm": "trtllm", "tensorrt_llm": "trtllm", "trt-llm": "trtllm"}.get(name, name)
+    prof = profiles().get(name)
+    if prof is None:
+        raise TargetError(f"unknown serving engine {spec!r} for the simulator",
+                          hint=f"use engine=one of {', '.join(profiles())} (optionally :VERSION, e.g. vllm:0.11)")
+    if version:
+        from dataclasses import replace
+        prof = replace(prof, version=version)
+    return prof

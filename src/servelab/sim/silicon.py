@@ -1,0 +1,173 @@
+"""The ``silicon`` step-cost backend: NVIDIA AIConfigurator's measured kernel database.
+
+Optional (``pip install 'servelab[silicon]'`` = ``aiconfigurator-core==0.12.0``, Apache-2.0, works offline:
+the database ships inside the wheel). Each step becomes one forward-pass metrics record per attention-DP
+rank (scheduled prefill requests and tokens, decode requests and the sum of their KV lengths) and
+``RustForwardPassPerfModel.estimate_forward_pass_time_ms`` prices it from GEMM, attention, MLA, MoE and
+NCCL/DeepEP latencies measured on the GPU for that engine. Results are cached by the quantized step shape.
+
+AIConfigurator gives the total only; the compute/memory/communication split, the expert imbalance and the
+all-to-all bytes reported beside it are the roofline's for the same step, scaled to the silicon total.
+Coverage: H100, H200, B200, GB200 with vLLM, SGLang and TensorRT-LLM; the models below. Anything else (AMD,
+TPU, H800, Llama-2, sim-tiny) is priced by the roofline.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from typing import TYPE_CHECKING
+
+from servelab.sim.stepcost import StepTime
+
+if TYPE_CHECKING:
+    from servelab.sim.costmodel import RooflineCost
+    from servelab.sim.deployment import Deployment
+
+MODEL_PATHS = {
+    "DeepSeek-V3": "deepseek-ai/DeepSeek-V3",
+    "gpt-oss-120b": "openai/gpt-oss-120b",
+    "gpt-oss-20b": "openai/gpt-oss-20b",
+    "Llama-3.1-8B": "meta-llama/Meta-Llama-3.1-8B",
+    "Llama-3.1-70B": "meta-llama/Meta-Llama-3.1-70B",
+    "Llama-3.1-405B": "meta-llama/Meta-Llama-3.1-405B",
+    "Qwen3-235B-A22B": "Qwen/Qwen3-235B-A22B",
+    "Qwen3-30B-A3B": "Qwen/Qwen3-30B-A3B",
+}
+SYSTEMS = {"H100": "h100_sxm", "H200": "h200_sxm", "B200": "b200_sxm", "GB200": "gb200"}
+ENGINES = ("vllm", "sglang", "trtllm")
+
+
+def installed() -> bool:
+    return importlib.util.find_spec("aiconfigurator_core") is not None
+
+
+def coverage(dep: Deployment) -> str | None:
+    """None when the silicon backend can price ``dep``; else why not."""
+    if not installed():
+        return "the silicon extra is not installed (pip install 'servelab[silicon]')"
+    if dep.model.name not in MODEL_PATHS:
+        return f"no measured data for model {dep.model.name}"
+    if dep.hardware.name not in SYSTEMS:
+        return f"no measured data for hardware {dep.hardware.name} (covered: {', '.join(SYSTEMS)})"
+    eng = dep.profile.name if dep.profile else dep.engine.split(":")[0]
+    if eng not in ENGINES:
+        return f"no measured data for engine {eng}"
+    return None
+
+
+def _dtype(dep: Deployment, which: str) -> str:
+    d = getattr(dep, which)
+    if d in ("bf16", "fp16"):
+        return "bfloat16" if d == "bf16" else "float16"
+    if d == "fp8":
+        return "fp8_block" if dep.model.attention["kind"] == "mla" else "fp8"
+    return "nvfp4" if dep.hardware.fp4_tflops else "fp8"
+
+
+def _moe_dtype(dep: Deployment) -> str:
+    e = dep.expert_dtype
+    if e != "fp4":
+        return _dtype(dep, "expert_dtype")
+    if dep.model.ffn.get("expert_dtype") == "fp4":  # MXFP4 checkpoint (gpt-oss)
+        if dep.hardware.fp4_tflops:
+            return "w4a8_mxfp4_mxfp8_trtllm" if dep.profile and dep.profile.name == "trtllm" else "w4a16_mxfp4"
+        return "w4a16_mxfp4"
+    return "nvfp4" if dep.hardware.fp4_tflops else "w4afp8"
+
+
+def engine_config(dep: Deployment) -> dict:
+    """AIConfigurator's engine config for one replica of ``dep``."""
+    eng = dep.profile.name if dep.profile else dep.engine.split(":")[0]
+    attn_dp = dep.attn_dp
+    cfg = {
+        "schema_version": 1, "model_name": MODEL_PATHS[dep.model.name], "system_name": SYSTEMS[dep.hardware.name],
+        "backend": eng, "backend_version": None, "tp_size": dep.attn_tp, "pp_size": dep.pp,
+        "attention_dp_size": attn_dp, "weight_dtype": _dtype(dep, "dtype"),
+        "kv_cache_dtype": "fp8" if dep.kv_dtype == "fp8" else "bfloat16",
+        "activation_dtype": "fp8" if dep.kv_dtype == "fp8" else "bfloat16",  # attention (FMHA) precision
+    }
+    if dep.model.is_moe:
+        cfg.update(moe_tp_size=dep.moe_tp, moe_ep_size=dep.ep, moe_dtype=_moe_dtype(dep))
+    if dep.spec_tokens:
+        cfg["nextn"] = dep.spec_tokens
+    return cfg
+
+
+def _q(x: float) -> int:
+    from servelab.sim.costmodel import _q as q
+    return q(x)
+
+
+def _dq(k: int) -> float:
+    from servelab.sim.costmodel import _dq as dq
+    return dq(k)
+
+
+class SiliconCost:
+    """Step times from AIConfigurator's per-step API, memoized by quantized step shape."""
+
+    name = "silicon"
+
+    def __init__(self, dep: Deployment, roofline: RooflineCost) -> None:
+        logging.getLogger("aiconfigurator_core").setLevel(logging.ERROR)
+        from dataclasses import replace
+
+        from aiconfigurator_core.sdk.rust_engine_step import RustForwardPassPerfModel
+
+        from servelab.sim.costmodel import RooflineCost
+
+        self.dep, self.roof = dep, roofline
+        # AIConfigurator's MoE kernels were measured with uniform routing; the step of a skewed deployment
+        # is stretched by the roofline's ratio of skewed to balanced time (the slowest EP rank sets it).
+        self.balanced = RooflineCost(replace(dep, expert_skew=0.0)) if dep.model.is_moe and dep.ep > 1 else None
+        self.config = engine_config(dep)
+        self.model = RustForwardPassPerfModel.from_native(self.config)
+        self.ranks = dep.attn_dp
+        self.misses = 0  # steps the database could not price (the roofline priced them)
+        self._memo: dict[tuple[int, ...], StepTime] = {}
+        # Probe once so an uncovered kernel shape fails here (and auto falls back), not mid-run.
+        if self._ms(1, 64, 0, 0) is None or self._ms(0, 0, 8, 8 * 1024) is None:
+            raise RuntimeError("AIConfigurator returned no estimate for a probe step")
+
+    def _ms(self, n_pre: int, p_tok: float, n_dec: float, kv: float) -> float | None:
+        r = self.ranks
+        fpm = {"version": 1, "worker_id": "servelab", "dp_rank": 0, "counter_id": 0, "wall_time": 0.0,
+               "scheduled_requests": {
+                   "num_prefill_requests": int(-(-n_pre // r)), "sum_prefill_tokens": int(round(p_tok / r)),
+                   "var_prefill_length": 0.0, "num_decode_requests": int(-(-n_dec // r)),
+                   "sum_decode_kv_tokens": int(round(kv / r)), "var_decode_kv_tokens": 0.0},
+               "queued_requests": {}}
+        ranks = []
+        for i in range(r):
+            f = dict(fpm)
+            f["dp_rank"] = i
+            ranks.append(f)
+        try:
+            return self.model.estimate_forward_pass_time_ms(ranks if r > 1 else fpm)
+        except ValueError:  # PerfDataNotAvailableError: no measured kernel for this shape
+            self.misses += 1
+            return None
+
+    def step(self, n_dec: int, ctx_dec: int, p_tok: int = 0, p_pairs: int = 0, p_ctx: int = 0) -> StepTime:
+        key = (_q(n_dec), _q(ctx_dec), _q(p_tok), _q(p_pairs), _q(p_ctx))
+        hit = self._memo.get(key)
+        if hit is not None:
+            return hit
+        if len(self._memo) > 200_000:
+            self._memo.clear()
+        nd, cd, pt, pp_, pc = (_dq(k) for k in key)
+        rf = self.roof.step(n_dec, ctx_dec, p_tok, p_pairs, p_ctx)
+        # Prefill requests in the step: chunks average p_ctx / p_tok context each; at least one.
+        n_pre = 0 if not pt else max(1, round(pt * pt / max(2 * pp_ - pt, pt)))
+        ms = self._ms(n_pre, pt, nd, cd + nd) if (nd or pt) else 0.0
+        if ms is None:
+            out = rf
+        else:
+            t = ms * 1e-3
+            if self.balanced is not None:
+                t *= rf.time_s / max(self.balanced.step(n_dec, ctx_dec, p_tok, p_pairs, p_ctx).time_s, 1e-12)
+            k = t / rf.time_s if rf.time_s > 0 else 0.0
+            out = StepTime(t, rf.compute_s * k, rf.memory_s * k, rf.comm_s * k, rf.imbalance, rf.a2a_bytes)
+        self._memo[key] = out
+        return out

@@ -1,0 +1,127 @@
+"""The step-cost interface: how long one engine step takes, and which backend said so.
+
+The scheduler hands a step's shape - decoding sequences and the sum of their contexts, prefill tokens with
+their causal attention pairs and context reads, split evenly over the attention ranks of one replica - to
+one :class:`StepCost`. Backends (``make_step_cost`` picks one):
+
+* ``silicon`` (optional extra ``servelab[silicon]``, NVIDIA AIConfigurator's core): prices the forward pass
+  from kernel latencies measured on real GPUs (``sim/silicon.py``). Chosen by default where it is
+  installed and covers the model, GPU and engine.
+* ``roofline`` (built in, ``sim/costmodel.py``): a roofline per layer part with fitted efficiencies; the
+  only backend for AMD, TPU, H800 and models the silicon data lacks.
+
+:class:`EngineStep` wraps either with what belongs to the serving engine rather than the GPU: the CPU time of
+a scheduler step (hidden behind the GPU when the engine schedules asynchronously), the ``slowdown`` what-if,
+and a seeded lognormal jitter of every step (``jitter``, default 2%) that keeps closed-loop clients from
+marching in lockstep.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from servelab.sim.deployment import Deployment
+
+
+@dataclass(frozen=True, slots=True)
+class StepTime:
+    time_s: float
+    compute_s: float  # part of the time bound by arithmetic
+    memory_s: float  # part bound by HBM traffic (weights, KV cache)
+    comm_s: float  # communication not hidden behind compute
+    imbalance: float  # expert load, busiest EP rank over the mean (1.0 = balanced or dense)
+    a2a_bytes: float  # all-to-all bytes sent by all GPUs this step
+    cpu_s: float = 0.0  # engine CPU time not hidden behind the GPU
+
+
+class StepCost(Protocol):
+    """A step-cost backend for one deployment (one replica's group of GPUs)."""
+
+    name: str
+
+    def step(self, n_dec: int, ctx_dec: int, p_tok: int = 0, p_pairs: int = 0, p_ctx: int = 0) -> StepTime:
+        """Time of a step with ``n_dec`` decoding sequences (sum of contexts ``ctx_dec``) and prefill chunks
+        totalling ``p_tok`` tokens, ``p_pairs`` causal attention pairs and ``p_ctx`` context tokens read."""
+        ...
+
+
+def make_step_cost(dep: Deployment) -> StepCost:
+    """The backend ``dep.cost_backend`` asks for: ``auto`` = silicon where installed and covering, else
+    roofline; ``silicon`` fails with the reason when it cannot price this deployment."""
+    from servelab.errors import DeploymentError
+    from servelab.sim.costmodel import RooflineCost
+    from servelab.sim.silicon import SiliconCost, coverage
+
+    roof = RooflineCost(dep)
+    if dep.cost_backend == "roofline":
+        return roof
+    why = coverage(dep)
+    if why is None:
+        try:
+            return SiliconCost(dep, roof)
+        except Exception as exc:  # the database lacks a kernel for this shape or setting
+            why = f"AIConfigurator could not build the model: {str(exc)[:300]}"
+    if dep.cost_backend == "silicon":
+        raise DeploymentError(f"backend=silicon cannot price this deployment: {why}",
+                              hint="use backend=roofline (or backend=auto to fall back silently)")
+    return roof
+
+
+class EngineStep:
+    """A backend plus the serving engine's own time: CPU scheduling, async overlap, slowdown, jitter."""
+
+    def __init__(self, dep: Deployment, seed: int = 0, backend: StepCost | None = None) -> None:
+        self.dep = dep
+        self.backend = backend if backend is not None else make_step_cost(dep)
+        prof = dep.profile
+        self.cpu0 = (prof.step_cpu_us if prof else 125.0) * 1e-6
+        self.cpu_seq = (prof.step_cpu_per_seq_us if prof else 0.0) * 1e-6
+        self.async_sched = dep.async_sched
+        self.sigma = dep.jitter
+        self.rng = random.Random(seed)
+        self.slowdown = dep.slowdown
+
+    @property
+    def name(self) -> str:
+        return self.backend.name
+
+    def step(self, n_dec: int, ctx_dec: int, p_tok: int = 0, p_pairs: int = 0, p_ctx: int = 0,
+             n_seqs: int = 0) -> StepTime:
+        """The step's wall time on the engine: GPU time from the backend, plus the CPU time of scheduling
+        ``n_seqs`` running sequences (or, with async scheduling, whichever of the two is longer)."""
+        g = self.backend.step(n_dec, ctx_dec, p_tok, p_pairs, p_ctx)
+        cpu = self.cpu0 + self.cpu_seq * (n_seqs or n_dec)
+        gpu = g.time_s
+        if self.async_sched:
+            total, cpu_vis = max(gpu, cpu), max(0.0, cpu - gpu)
+        else:
+            total, cpu_vis = gpu + cpu, cpu
+        k = self.slowdown
+        if self.sigma > 0:
+            k *= math.exp(self.sigma * self.rng.gauss(0.0, 1.0) - self.sigma * self.sigma / 2)
+        return replace(g, time_s=total * k, compute_s=g.compute_s * k, memory_s=g.memory_s * k,
+                       comm_s=g.comm_s * k, cpu_s=cpu_vis * k)
+
+
+# What each configuration class reached against published results it was not fitted on
+# (benchmarks/sim_fidelity.py check set; see docs/simulator.md "Where each backend is trustworthy").
+def fidelity(dep: Deployment, backend: str) -> dict[str, Any]:
+    """A small description of how far this run's configuration class is from published results."""
+    fam = dep.family.name
+    moe = dep.model.is_moe
+    if fam.startswith(("amd", "tpu")):
+        cls, note = "unvalidated", "roofline priors; no published result for this family is in the fidelity set"
+    elif backend == "silicon":
+        cls, note = "silicon", "step costs from AIConfigurator's measured kernels; scheduler and overheads are servelab's"
+    elif fam == "nvidia-hopper" and not moe:
+        cls, note = "calibrated", "roofline fitted on dense Hopper results"
+    elif fam == "nvidia-hopper":
+        cls, note = "approximate", "roofline; MoE routing and all-to-all from published DeepEP/SGLang figures"
+    else:
+        cls, note = "prior", "roofline with prior efficiencies for this family"
+    return {"backend": backend, "class": cls, "note": note, "engine": dep.engine,
+            "hardware_family": fam, "moe": moe}
