@@ -7,6 +7,7 @@ still be read back from its journals.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,12 @@ class Journal:
         self.sessions_written = 0
 
     def write_request(self, r: RequestRecord) -> None:
-        self._req.write(orjson.dumps(record_to_row(r)) + b"\n")
+        row = record_to_row(r)
+        try:
+            line = orjson.dumps(row)
+        except TypeError:  # a value orjson refuses (an int beyond 64 bits): keep the row, Parquet cleans it
+            line = json.dumps(row, default=repr).encode()
+        self._req.write(line + b"\n")
         self.requests_written += 1
 
     def write_session(self, s: SessionRecord) -> None:
