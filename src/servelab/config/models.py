@@ -19,6 +19,8 @@ class TimeoutsConfig(Strict):
     connect_s: float = Field(default=10.0, gt=0, description="TCP/TLS connect timeout, seconds.")
     first_token_s: float = Field(default=120.0, gt=0, description="Send to first token, seconds.")
     total_s: float = Field(default=600.0, gt=0, description="Send to end of response, seconds.")
+    idle_s: float = Field(default=60.0, gt=0, le=86_400, description="Inter-token idle timeout: a stream quiet "
+                          "this long after a token ends as `timeout`, seconds.")
 
 
 class TargetConfig(Strict):
@@ -37,6 +39,9 @@ class TargetConfig(Strict):
     headers: dict[str, str] = Field(default_factory=dict, description="Extra HTTP headers on every request.")
     verify_tls: bool = Field(default=True, description="Verify TLS certificates for https URLs.")
     timeouts: TimeoutsConfig = Field(default_factory=TimeoutsConfig, description="Per-request timeouts.")
+    max_response_bytes: int = Field(
+        default=64 * 1024 * 1024, ge=1024, le=2**40, description="Per-response byte cap: a response that "
+        "grows past it is cut and recorded `malformed` (bounds memory against an endless stream).")
     tokenizer: str | None = Field(
         default=None,
         description="Local tokenizer to calibrate prompt lengths when the server has no /tokenize "
