@@ -73,3 +73,61 @@ def _sweep_dir(out: Path, state: dict) -> str:
     found = [p.parent for p in out.rglob("sweep.json")]
     assert len(found) == 1, found
     return str(found[0])
+
+
+def test_plain_output_prints_messages_not_dicts(tmp_path, capsys):
+    base = _run(tmp_path / "base", capsys)
+    slow = _run(tmp_path / "slow", capsys, TARGET + ",slowdown=2")
+    assert main(["check", base, slow]) == 1
+    out = capsys.readouterr().out
+    assert "{" not in out and "'level'" not in out, out
+    assert re.search(r"regression e2e_ms p50 at level 4: [\d,.]+ ms vs [\d,.]+ ms \(\+\d+\.\d%, limit \+10%\)", out), out
+
+
+def _mark_invalid(run_dir: str, reason: str) -> None:
+    path = Path(run_dir) / "summary.json"
+    summary = json.loads(path.read_text())
+    summary["valid"], summary["invalid_reasons"] = False, [reason]
+    path.write_text(json.dumps(summary))
+
+
+def test_an_invalid_side_is_refused_with_its_reasons(tmp_path, capsys):
+    base = _run(tmp_path / "base", capsys)
+    cand = _run(tmp_path / "cand", capsys)
+    _mark_invalid(cand, "50 of 50 requests failed (100% > 5%)")
+    assert main(["check", base, cand]) == 2
+    err = capsys.readouterr().err
+    assert "is INVALID: 50 of 50 requests failed (100% > 5%)" in err
+    _mark_invalid(base, "schedule lag p99 40 ms exceeds 10 ms")
+    assert main(["check", base, cand, "--json"]) == 2
+    err = capsys.readouterr().err
+    assert "baseline" in err and "candidate" in err
+    assert main(["check", base, cand, "--json", "--force"]) == 0  # forced: gated anyway, and it passes
+    assert len(json.loads(capsys.readouterr().out)["forced"]) == 2
+
+
+def test_a_different_model_is_refused_unless_forced(tmp_path, capsys):
+    base = _run(tmp_path / "base", capsys)
+    tiny = _run(tmp_path / "tiny", capsys, "sim")  # sim-tiny on the default hardware
+    assert main(["check", base, tiny]) == 2
+    err = capsys.readouterr().err
+    assert "model checkpoint (Llama-3.1-8B vs sim-tiny)" in err
+    code, result = _check_forced(capsys, base, tiny)
+    assert code == 0 and result["failures"] == [] and result["forced"]  # sim-tiny is faster: no regression
+
+
+def _check_forced(capsys, base: str, cand: str) -> tuple[int, dict]:
+    code = main(["check", base, cand, "--force", "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_noise_floor_flag(tmp_path, capsys):
+    base = _run(tmp_path / "base", capsys)
+    # A 1% slower simulator: every figure moves by about 1%, inside the default 2% floor even at a 0% limit.
+    slower = _run(tmp_path / "slower", capsys, TARGET + ",slowdown=1.01")
+    assert main(["check", base, slower, "--max-regression", "0%", "--json"]) == 0
+    capsys.readouterr()
+    assert main(["check", base, slower, "--max-regression", "0%", "--noise-floor", "0.1%", "--json"]) == 1
+    fails = json.loads(capsys.readouterr().out)["failures"]
+    assert {f["metric"] for f in fails} >= {"e2e_ms p50", "tpot_ms p50", "output tokens/s"}
+    assert main(["check", base, slower, "--noise-floor", "lots"]) == 2

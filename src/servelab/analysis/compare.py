@@ -5,7 +5,7 @@ the GPU, a batch policy...). :func:`manifest_diff` reads each dimension from the
 :func:`check_fair` raises :class:`~servelab.errors.ComparisonError` when more than one differs (dimensions
 named in ``allow_diff`` do not count). :func:`compare_figures` puts the figures of two runs side by side
 with the difference, its bootstrap confidence interval from the raw request samples, and a verdict.
-:func:`check_regression` gates a candidate sweep against a baseline at every level.
+:mod:`servelab.analysis.gate` builds the regression gate (``servelab check``) on these.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import numpy as np
 import orjson
 
 from servelab.analysis.columns import Columns, as_columns
-from servelab.analysis.metrics import LoadMode, metric_values, output_tokens, scope_mask
-from servelab.analysis.stats import bootstrap_diff_ci
+from servelab.analysis.metrics import LoadMode, latency_start, metric_values, output_tokens, scope_mask
+from servelab.analysis.stats import RateSample, bootstrap_diff_ci, rate_diff_ci
 from servelab.errors import ComparisonError, ConfigError
 from servelab.records.schema import CANCELLED
 
@@ -46,7 +46,8 @@ _TARGET_KEYS: dict[str, tuple[str, tuple[str, ...]]] = {
 _WORKLOAD_DIMS = {"prompts": "prompt distribution", "outputs": "output distribution",
                   "concurrency": "concurrency levels"}
 DIMENSIONS: tuple[str, ...] = (*_TARGET_KEYS, *_WORKLOAD_DIMS)
-_SAME_ONLY_KEYS = {"model", "tokenizer"}  # also read from config.target when the target omits them
+_SAME_ONLY_KEYS = {"model", "tokenizer"}
+DEFAULT_NOISE_FLOOR = 0.02  # relative differences at or under 2% are "within noise" (practical significance)  # also read from config.target when the target omits them
 
 
 def _norm(key: str) -> str:
@@ -160,9 +161,11 @@ def manifest_diff(manifests: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
     return rows
 
 
-def check_fair(manifests: Sequence[Mapping[str, Any]], allow_diff: Iterable[str] = ()) -> list[dict[str, Any]]:
+def check_fair(manifests: Sequence[Mapping[str, Any]], allow_diff: Iterable[str] = (), *,
+               must_match: Iterable[str] = ()) -> list[dict[str, Any]]:
     """The diff rows, or :class:`ComparisonError` when more than one dimension differs (not counting
-    ``allow_diff``)."""
+    ``allow_diff``), or when a dimension in ``must_match`` differs at all (``servelab check`` compares the
+    same model on the same work)."""
     allowed = set(allow_diff)
     bad = allowed - set(DIMENSIONS)
     if bad:
@@ -172,10 +175,20 @@ def check_fair(manifests: Sequence[Mapping[str, Any]], allow_diff: Iterable[str]
         raise ComparisonError(f"a comparison needs at least two runs, got {len(manifests)}")
     rows = manifest_diff(manifests)
     differ = [r for r in rows if r["status"] == "differs" and r["dimension"] not in allowed]
-    if len(differ) > 1:
-        what = "; ".join(f"{r['label']} ({' vs '.join(str(v) for v in r['values'])})" for r in differ)
+
+    def what(rs: list[dict[str, Any]]) -> str:
+        return "; ".join(f"{r['label']} ({' vs '.join(str(v) for v in r['values'])})" for r in rs)
+
+    fixed = [r for r in differ if r["dimension"] in set(must_match)]
+    if fixed:
         raise ComparisonError(
-            f"the runs differ in {len(differ)} dimensions, so no figure can be pinned on one: {what}",
+            f"the runs differ in {what(fixed)}: a regression gate compares the same model on the same work",
+            hint="compare them with `servelab compare`, or pass --allow-diff "
+                 f"{' --allow-diff '.join(r['dimension'] for r in fixed)} (or --force) if you mean it",
+        )
+    if len(differ) > 1:
+        raise ComparisonError(
+            f"the runs differ in {len(differ)} dimensions, so no figure can be pinned on one: {what(differ)}",
             hint="rerun holding all but one constant, or allow the extra ones "
                  f"(--allow-diff {' --allow-diff '.join(r['dimension'] for r in differ[1:])})",
         )
@@ -188,16 +201,24 @@ def check_fair(manifests: Sequence[Mapping[str, Any]], allow_diff: Iterable[str]
 def request_samples(data: Any, mode: LoadMode = "closed") -> dict[str, np.ndarray]:
     """Samples (ms) of the successful, non-warmup requests from :mod:`servelab.analysis.metrics` (ttft, itl
     per token gap, tpot, e2e...; latency from the intended send in an open loop), plus ``out_tokens``,
-    ``sent_s``, ``end_s`` (for throughput) and ``failed`` (0/1 over every non-warmup request)."""
+    ``sent_s``, ``end_s`` (ok requests), ``failed`` (0/1 over every non-warmup request) and, over every
+    measured request, ``req_tokens`` (output tokens, 0 unless ok), ``req_ok`` (0/1), ``req_start_s`` and
+    ``req_end_s`` (for throughput, as the summary computes it) and ``closed`` (1.0 in a closed loop)."""
     c: Columns = as_columns(data)
     live = ~c.warmup
     ok = scope_mask(c, "ok")
     out = metric_values(c, mode)
+    tokens = np.nan_to_num(output_tokens(c))
     out.update({
         "out_tokens": output_tokens(c)[ok],
         "end_s": c.t("end_ns")[ok] * 1e-9,
         "sent_s": c.t("sent_ns")[ok] * 1e-9,
         "failed": (~ok[live] & (c.status[live] != CANCELLED)).astype(float),
+        "req_tokens": np.where(ok, tokens, 0.0)[live],
+        "req_ok": ok[live].astype(float),
+        "req_start_s": latency_start(c, mode)[live] * 1e-9,
+        "req_end_s": c.t("end_ns")[live] * 1e-9,
+        "closed": np.array([1.0 if mode == "closed" else 0.0]),
     })
     return out
 
@@ -226,36 +247,67 @@ def _boot_means(x: np.ndarray, resamples: int, rng: np.random.Generator) -> np.n
     return out
 
 
-def _bootstrap_mean_diff(a: np.ndarray, b: np.ndarray, resamples: int, seed: int) -> dict[str, float | None]:
-    a, b = a[np.isfinite(a)], b[np.isfinite(b)]
-    if a.size < 2 or b.size < 2:
-        return {"diff": None, "lo": None, "hi": None, "rel": None}
-    rng = np.random.default_rng(seed)
-    ma, mb = _boot_means(a, resamples, rng), _boot_means(b, resamples, rng)
-    lo, hi = np.percentile(mb - ma, [2.5, 97.5])
-    diff = float(b.mean() - a.mean())
-    return {"diff": diff, "lo": float(lo), "hi": float(hi), "rel": diff / a.mean() if a.mean() else None}
+def rate_inputs(s: Mapping[str, np.ndarray], what: str = "req_tokens") -> RateSample | None:
+    """The per-request inputs of a throughput figure (``what``: ``req_tokens`` for output tokens/s,
+    ``req_ok`` for requests/s), or None when the samples lack them or the window is empty."""
+    if what not in s or "req_start_s" not in s:
+        return None
+    start, end = s["req_start_s"], s["req_end_s"]
+    fs, fe = start[np.isfinite(start)], end[np.isfinite(end)]
+    if not fs.size or not fe.size or float(fe.max()) <= float(fs.min()):
+        return None
+    busy = np.where(np.isfinite(end) & np.isfinite(start), end - start, 0.0)
+    closed = bool(s["closed"][0]) if "closed" in s and s["closed"].size else True
+    return RateSample(np.asarray(s[what], dtype=float), np.maximum(busy, 0.0), float(fe.max() - fs.min()), closed)
 
 
-def _verdict(ci: Mapping[str, float | None], lower_is_better: bool, n: tuple[int, int]) -> str:
-    if ci["lo"] is None or min(n) < 10:
+def _verdict(ci: Mapping[str, float | None], lower_is_better: bool, n: tuple[int, int], *,
+             noise_floor: float = 0.0, min_n: int = 10) -> str:
+    """better / worse / within noise / too few samples, for B against A.
+
+    ``within noise``: the interval contains 0, or the difference is inside the practical-significance floor
+    (``|rel| <= noise_floor``) however narrow its interval (deterministic simulator runs have zero-width
+    intervals, so without a floor a 0.06% difference would get a verdict). Otherwise ``better``/``worse``."""
+    if ci["lo"] is None or ci["diff"] is None or min(n) < min_n:
         return "too few samples"
-    if ci["lo"] <= 0 <= ci["hi"]:
+    rel = ci.get("rel")
+    if ci["diff"] == 0 or (rel is not None and abs(rel) <= noise_floor) or ci["lo"] <= 0 <= ci["hi"]:
         return "within noise"
     b_higher = ci["lo"] > 0
     return "worse" if b_higher == lower_is_better else "better"
 
 
+def _rate_row(figure: str, unit: str, sa: Mapping[str, np.ndarray], sb: Mapping[str, np.ndarray], what: str,
+              resamples: int, seed: int, noise_floor: float) -> dict[str, Any]:
+    ra, rb = rate_inputs(sa, what), rate_inputs(sb, what)
+    n = (0 if ra is None else ra.tokens.size, 0 if rb is None else rb.tokens.size)
+    row: dict[str, Any] = {"figure": figure, "unit": unit, "a": None if ra is None else ra.rate,
+                           "b": None if rb is None else rb.rate, "n": n,
+                           "note": "per-request bootstrap of the run's figure (sum over the window)"}
+    if ra is None or rb is None or min(n) < 2:
+        row.update(diff=None, lo=None, hi=None, rel=None, verdict="too few samples")
+        return row
+    rng = np.random.default_rng(seed)
+    ci = rate_diff_ci(ra, rb, resamples=resamples, rng=rng)
+    row.update(ci)
+    row["verdict"] = _verdict(ci, False, n, noise_floor=noise_floor)
+    return row
+
+
 def compare_figures(a: Any, b: Any, *, percentiles: Sequence[float] = (50, 95, 99), resamples: int = 1000,
-                    seed: int = 0, buckets: int = 40) -> list[dict[str, Any]]:
+                    seed: int = 0, mode: LoadMode = "closed",
+                    noise_floor: float = DEFAULT_NOISE_FLOOR) -> list[dict[str, Any]]:
     """Figures of run A and run B side by side (B relative to A), each difference with its 95% bootstrap
-    CI from the raw request samples and a verdict for B: better / worse / within noise / too few samples.
+    CI from the raw request samples and a verdict for B (see :func:`_verdict`).
 
     ``a``, ``b``: request records, a requests Table, or ready samples from :func:`request_samples`.
-    Latency is better lower; throughput better higher; the failure rate better lower.
+    Latency is better lower; throughput better higher; the failure rate better lower. Throughput is the
+    run's own figure (output tokens of ok requests over the measured window, as in ``summary.json``), its
+    interval a per-request bootstrap (:func:`servelab.analysis.stats.rate_diff_ci`).
+    ``noise_floor``: relative differences at or under it are "within noise" (practical significance).
     """
-    sa = a if isinstance(a, Mapping) else request_samples(a)
-    sb = b if isinstance(b, Mapping) else request_samples(b)
+    sa = a if isinstance(a, Mapping) else request_samples(a, mode)
+    sb = b if isinstance(b, Mapping) else request_samples(b, mode)
     rows: list[dict[str, Any]] = []
     for metric in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"):
         xa, xb = sa[metric][np.isfinite(sa[metric])], sb[metric][np.isfinite(sb[metric])]
@@ -265,94 +317,23 @@ def compare_figures(a: Any, b: Any, *, percentiles: Sequence[float] = (50, 95, 9
             vb = float(np.percentile(xb, p)) if xb.size else None
             rows.append({"figure": f"{metric} p{p:g}", "unit": "ms", "a": va, "b": vb, **ci,
                          "n": (int(xa.size), int(xb.size)),
-                         "verdict": _verdict(ci, True, (xa.size, xb.size))})
-    ra, rb = _rate_buckets(sa, buckets), _rate_buckets(sb, buckets)
-    ci = _bootstrap_mean_diff(ra, rb, resamples, seed)
-    rows.append({"figure": "output tokens/s", "unit": "tok/s", "a": float(ra.mean()) if ra.size else None,
-                 "b": float(rb.mean()) if rb.size else None, **ci, "n": (int(ra.size), int(rb.size)),
-                 "verdict": _verdict(ci, False, (ra.size, rb.size)), "note": f"block bootstrap, {buckets} time buckets"})
+                         "verdict": _verdict(ci, True, (xa.size, xb.size), noise_floor=noise_floor)})
+    rows.append(_rate_row("output tokens/s", "tok/s", sa, sb, "req_tokens", resamples, seed, noise_floor))
+    rows.append(_rate_row("requests/s", "req/s", sa, sb, "req_ok", resamples, seed, noise_floor))
     fa, fb = sa["failed"], sb["failed"]
     ci = _bootstrap_mean_diff(fa, fb, resamples, seed)
     rows.append({"figure": "failure rate", "unit": "fraction", "a": float(fa.mean()) if fa.size else None,
                  "b": float(fb.mean()) if fb.size else None, **ci, "n": (int(fa.size), int(fb.size)),
-                 "verdict": "within noise" if ci["lo"] is not None and ci["lo"] == ci["hi"] == 0
-                 else _verdict(ci, True, (fa.size, fb.size))})
+                 "verdict": _verdict(ci, True, (fa.size, fb.size), noise_floor=noise_floor)})
     return rows
 
 
-# -- regression gate ----------------------------------------------------------------------------------
-
-
-def _by_level(x: Mapping[Any, Any]) -> dict[Any, Mapping[str, Any]]:
-    if "metrics" in x or "throughput" in x:
-        return {None: x}  # a single summary
-    return dict(x)
-
-
-def _goodput(summary: Mapping[str, Any]) -> float | None:
-    v = _dig(summary, "throughput", "goodput_requests_per_s")
-    if v is None:
-        v = _dig(summary, "goodput", "requests_per_s")
-    return None if v is None else float(v)
-
-
-def _limit(max_regression: float | Mapping[str, float], kind: str) -> float:
-    if isinstance(max_regression, Mapping):
-        if kind not in max_regression:
-            raise ConfigError(f"check_regression: max_regression has no '{kind}' entry",
-                              hint="give a fraction for 'latency' and 'goodput', e.g. {'latency': 0.1, 'goodput': 0.05}")
-        v = float(max_regression[kind])
-    else:
-        v = float(max_regression)
-    if not 0 <= v:
-        raise ConfigError(f"check_regression: max_regression must be a non-negative fraction, got {v}")
-    return v
-
-
-def check_regression(baseline: Mapping[Any, Any], candidate: Mapping[Any, Any],
-                     max_regression: float | Mapping[str, float] = 0.1, *,
-                     metrics: Sequence[str] = ("ttft_ms", "e2e_ms"),
-                     percentiles: Sequence[float] = (50, 95, 99)) -> list[dict[str, Any]]:
-    """Failures of ``candidate`` against ``baseline`` (empty list: no regression).
-
-    Both are ``{level: summary}`` (or one summary each). At every baseline level: each latency metric at
-    each percentile may grow by at most ``max_regression`` (a fraction, or ``{"latency": f, "goodput": g}``),
-    goodput (requests/s) may fall by at most that much; a baseline level or figure the candidate lacks fails.
-    """
-    base, cand = _by_level(baseline), _by_level(candidate)
-    lat_lim, good_lim = _limit(max_regression, "latency"), _limit(max_regression, "goodput")
-    fails: list[dict[str, Any]] = []
-
-    def fail(level: Any, metric: str, b: float | None, c: float | None, limit: float, msg: str) -> None:
-        change = None if b in (None, 0) or c is None else (c - b) / b
-        fails.append({"level": level, "metric": metric, "baseline": b, "candidate": c, "change": change,
-                      "limit": limit, "message": msg})
-
-    for level in sorted(base, key=lambda v: (v is None, v)):
-        where = "" if level is None else f" at level {level:g}"
-        if level not in cand:
-            fail(level, "level", None, None, 0.0, f"the candidate has no run{where}")
-            continue
-        bs, cs = base[level], cand[level]
-        for m in metrics:
-            for p in percentiles:
-                key = f"p{p:g}"
-                b = _dig(bs, "metrics", m, key)
-                if b is None:
-                    continue
-                c = _dig(cs, "metrics", m, key)
-                if c is None:
-                    fail(level, f"{m} {key}", float(b), None, lat_lim, f"{m} {key}{where}: missing in the candidate")
-                elif float(c) > float(b) * (1 + lat_lim):
-                    fail(level, f"{m} {key}", float(b), float(c), lat_lim,
-                         f"{m} {key}{where}: {float(c):.1f} ms vs {float(b):.1f} ms "
-                         f"(+{(float(c) / float(b) - 1):.1%}, limit +{lat_lim:.0%})")
-        gb, gc = _goodput(bs), _goodput(cs)
-        if gb is not None:
-            if gc is None:
-                fail(level, "goodput", gb, None, good_lim, f"goodput{where}: missing in the candidate")
-            elif gc < gb * (1 - good_lim):
-                fail(level, "goodput", gb, gc, good_lim,
-                     f"goodput{where}: {gc:.2f} req/s vs {gb:.2f} req/s "
-                     f"({(gc / gb - 1) if gb else 0:.1%}, limit -{good_lim:.0%})")
-    return fails
+def _bootstrap_mean_diff(a: np.ndarray, b: np.ndarray, resamples: int, seed: int) -> dict[str, float | None]:
+    a, b = a[np.isfinite(a)], b[np.isfinite(b)]
+    if a.size < 2 or b.size < 2:
+        return {"diff": None, "lo": None, "hi": None, "rel": None}
+    rng = np.random.default_rng(seed)
+    ma, mb = _boot_means(a, resamples, rng), _boot_means(b, resamples, rng)
+    lo, hi = np.percentile(mb - ma, [2.5, 97.5])
+    diff = float(b.mean() - a.mean())
+    return {"diff": diff, "lo": float(lo), "hi": float(hi), "rel": diff / a.mean() if a.mean() else None}

@@ -9,10 +9,11 @@ from typing import Annotated, Any
 import orjson
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from servelab.cli.present import wide_console
-from servelab.errors import CheckFailed, ConfigError
+from servelab.errors import CheckFailed, ComparisonError, ConfigError
 
 
 def register(app: typer.Typer) -> None:
@@ -50,6 +51,12 @@ def _load(path: str) -> dict[str, Any]:
                       hint="pass directories printed by `servelab run` or `servelab sweep`")
 
 
+def _mode(summary: Any) -> Any:
+    """The load mode a run's latency figures were computed in (open: from the intended send)."""
+    mode = ((summary or {}).get("run") or {}).get("mode")
+    return mode if mode in ("open", "closed") else "closed"
+
+
 def _fmt(v: Any) -> str:
     if v is None:
         return "-"
@@ -62,22 +69,39 @@ def compare(
     runs: Annotated[list[str], typer.Argument(help="Two or more run or sweep directories (the first is A).")],
     allow_diff: Annotated[list[str] | None, typer.Option(help="A dimension allowed to differ besides the one "
                                                          "varied (repeatable).")] = None,
+    noise_floor: Annotated[str, typer.Option(help="Practical-significance floor: relative differences at or "
+                                                  "under it are 'within noise', e.g. 2%.")] = "2%",
+    force: Annotated[bool, typer.Option("--force", help="Compare even when the runs differ in more than one "
+                                                        "dimension (warn instead of exit 2).")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON.")] = False,
     report: Annotated[str | None, typer.Option(help="Also write an HTML report of A with the comparison "
                                                "table to this file.")] = None,
 ) -> None:
     """Compare runs fairly: refuse when more than one dimension differs; figures with intervals and verdicts."""
-    from servelab.analysis.compare import check_fair, compare_figures
+    from servelab.analysis.compare import check_fair, compare_figures, manifest_diff
 
     if len(runs) < 2:
         raise ConfigError("compare needs at least two run or sweep directories")
+    floor = _fraction(noise_floor, "--noise-floor")
     loaded = [_load(r) for r in runs]
-    diff = check_fair([x["manifest"] for x in loaded], allow_diff or ())
+    manifests = [x["manifest"] for x in loaded]
+    try:
+        diff = check_fair(manifests, allow_diff or ())
+        unfair = None
+    except ComparisonError as e:
+        if not force:
+            raise
+        diff, unfair = manifest_diff(manifests), e.message
+        Console(stderr=True, soft_wrap=True).print(f"[yellow]warning (--force):[/] {escape(e.message)}",
+                                                   highlight=False)
     base = loaded[0]
-    result: dict[str, Any] = {"names": [x["name"] for x in loaded], "diff": diff, "figures": []}
+    result: dict[str, Any] = {"names": [x["name"] for x in loaded], "diff": diff, "figures": [],
+                              "noise_floor": floor, "unfair": unfair}
     for other in loaded[1:]:
         for level in sorted(set(base["levels"]) & set(other["levels"]), key=lambda v: (v is None, v)):
-            rows = compare_figures(base["levels"][level][1], other["levels"][level][1])
+            mode = _mode(base["levels"][level][0])
+            rows = compare_figures(base["levels"][level][1], other["levels"][level][1], mode=mode,
+                                   noise_floor=floor)
             result["figures"].append({"a": base["name"], "b": other["name"], "level": level, "rows": rows})
     if report:
         _write_report(runs[0], result, report)
@@ -118,38 +142,62 @@ def _write_report(first: str, result: dict[str, Any], out: str) -> None:
     Console(stderr=True, soft_wrap=True).print(f"report written to {path}", highlight=False)
 
 
-def _fraction(text: str) -> float:
+def _fraction(text: str, flag: str = "--max-regression") -> float:
     t = text.strip()
     try:
         v = float(t[:-1]) / 100 if t.endswith("%") else float(t)
     except ValueError:
-        raise ConfigError(f"--max-regression {text!r} is not a number or a percentage",
-                          hint="e.g. --max-regression 10% or 0.1") from None
-    if v < 0:
-        raise ConfigError(f"--max-regression must be >= 0, got {text!r}")
+        raise ConfigError(f"{flag} {text!r} is not a number or a percentage",
+                          hint=f"e.g. {flag} 10% or 0.1") from None
+    if not 0 <= v < 100:
+        raise ConfigError(f"{flag} must be a fraction >= 0 (or a percentage), got {text!r}")
     return v
+
+
+NoiseFloor = Annotated[str, typer.Option(help="Practical-significance floor: relative differences at or under "
+                                              "it are noise, e.g. 2%.")]
+Force = Annotated[bool, typer.Option("--force", help="Go on when the runs are not comparable (warn instead of "
+                                                     "exit 2).")]
 
 
 def check(
     baseline: Annotated[str, typer.Argument(help="Baseline run or sweep directory.")],
     candidate: Annotated[str, typer.Argument(help="Candidate run or sweep directory.")],
     max_regression: Annotated[str, typer.Option(help="Largest allowed regression, e.g. 10%.")] = "10%",
+    noise_floor: NoiseFloor = "2%",
+    allow_diff: Annotated[list[str] | None, typer.Option(help="A dimension allowed to differ (repeatable).")] = None,
+    force: Force = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the failures as JSON.")] = False,
 ) -> None:
-    """Exit 1 when the candidate regresses on p50/p95/p99 latency or goodput at any baseline level."""
-    from servelab.analysis.compare import check_regression
+    """Exit 1 when the candidate regresses on latency (TTFT, TPOT, ITL, e2e at p50/p95/p99), throughput,
+    goodput or, for agent runs, task time p95, success rate or cost per task, at any baseline level.
+    Exit 2 (nothing gated) when either run is INVALID or the pair is not comparable, unless --force."""
+    from servelab.analysis.gate import check_regression, refusals
 
     limit = _fraction(max_regression)
+    floor = _fraction(noise_floor, "--noise-floor")
+    if floor >= 1:
+        raise ConfigError(f"--noise-floor must be under 100%, got {noise_floor!r}")
     b, c = _load(baseline), _load(candidate)
-    fails = check_regression({k: v[0] for k, v in b["levels"].items()},
-                             {k: v[0] for k, v in c["levels"].items()}, limit)
+    sides = [{"name": x["name"], "manifest": x["manifest"], "levels": {k: v[0] for k, v in x["levels"].items()}}
+             for x in (b, c)]
+    refused = refusals(sides[0], sides[1], allow_diff=allow_diff or ())
+    err = Console(stderr=True, soft_wrap=True)
+    if refused and not force:
+        raise ComparisonError(f"cannot gate {c['name']} against {b['name']}:\n  - " + "\n  - ".join(refused),
+                              hint="rerun what is INVALID and gate like against like; --force gates anyway")
+    for r in refused:
+        err.print(f"[yellow]warning (--force):[/] {escape(r)}", highlight=False)
+    fails = check_regression(sides[0]["levels"], sides[1]["levels"], limit, noise_floor=floor)
     if json_out:
-        sys.stdout.write(orjson.dumps({"failures": fails, "max_regression": limit}).decode() + "\n")
+        sys.stdout.write(orjson.dumps({"failures": fails, "max_regression": limit, "noise_floor": floor,
+                                       "forced": refused}).decode() + "\n")
     else:
-        con = Console()
+        con = Console(soft_wrap=True)
         for f in fails:
-            con.print(f"[red]regression[/] {f}", highlight=False)
+            con.print(f"[red]regression[/] {escape(f['message'])}", highlight=False)
         if not fails:
-            con.print(f"no regression beyond {limit:.0%} at {len(b['levels'])} level(s)")
+            con.print(f"no regression beyond {limit:.0%} (noise floor {floor:.0%}) at {len(b['levels'])} level(s)",
+                      highlight=False)
     if fails:
         raise CheckFailed(f"{len(fails)} regression(s) beyond {limit:.0%} in {c['name']} against {b['name']}")

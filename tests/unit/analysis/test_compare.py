@@ -6,7 +6,6 @@ import pytest
 from servelab.analysis.compare import (
     DIMENSIONS,
     check_fair,
-    check_regression,
     compare_figures,
     manifest_diff,
     manifest_facts,
@@ -117,22 +116,82 @@ def test_compare_figures_verdicts():
     assert tiny["e2e_ms p99"]["verdict"] == "too few samples"
 
 
-def _sum(p: float, good: float) -> dict:
-    return {"metrics": {"ttft_ms": {"p50": p, "p95": 2 * p, "p99": 3 * p},
-                        "e2e_ms": {"p50": 10 * p, "p95": 20 * p, "p99": 30 * p}},
-            "throughput": {"goodput_requests_per_s": good}}
+def _fixed(n: int, *, tokens: int, e2e_ms: float, users: int, ttft_ms: float = 20.0) -> list[RequestRecord]:
+    """A deterministic closed loop: ``users`` back-to-back streams of identical requests."""
+    recs, free = [], [0] * users
+    for i in range(n):
+        u = i % users
+        sent = free[u]
+        first = sent + int(ttft_ms * MS)
+        end = sent + int(e2e_ms * MS)
+        step = (end - first) // max(tokens - 1, 1)
+        times = [first + k * step for k in range(tokens)]
+        recs.append(RequestRecord(request_id=i, status=OK, intended_ns=sent, sent_ns=sent, first_token_ns=first,
+                                  last_token_ns=times[-1], end_ns=end, token_times_ns=times,
+                                  usage_completion_tokens=tokens, est_completion_tokens=tokens))
+        free[u] = end
+    return recs
 
 
-def test_check_regression():
-    base = {1: _sum(100, 10.0), 8: _sum(200, 40.0)}
-    assert check_regression(base, {1: _sum(105, 10.0), 8: _sum(210, 39.0)}, 0.1) == []
-    fails = check_regression(base, {1: _sum(130, 10.0), 8: _sum(200, 30.0)}, 0.1)
-    metrics = {(f["level"], f["metric"]) for f in fails}
-    assert (1, "ttft_ms p99") in metrics and (1, "e2e_ms p50") in metrics
-    assert (8, "goodput") in metrics and not any(lv == 8 and m.startswith("ttft") for lv, m in metrics)
-    lacking = check_regression(base, {1: _sum(100, 10.0)}, 0.1)
-    assert lacking == [{"level": 8, "metric": "level", "baseline": None, "candidate": None, "change": None,
-                        "limit": 0.0, "message": "the candidate has no run at level 8"}]
-    assert check_regression(_sum(100, 10.0), _sum(100, 9.6), {"latency": 0.1, "goodput": 0.05}) == []
-    with pytest.raises(ConfigError):
-        check_regression(base, base, {"latency": 0.1})
+def test_throughput_is_the_runs_figure_and_a_large_gain_is_never_noise():
+    # 40 requests, 4 users, each 1000 ms: 10 rounds = 10 s; 100 tokens each -> 4000 tok / 10 s = 400 tok/s.
+    a = _fixed(40, tokens=100, e2e_ms=1000, users=4)
+    # The same with 183 tokens in the same time: 7320 / 10 = 732 tok/s, +83%.
+    b = _fixed(40, tokens=183, e2e_ms=1000, users=4)
+    rows = {r["figure"]: r for r in compare_figures(a, b, resamples=200)}
+    thr = rows["output tokens/s"]
+    assert thr["a"] == pytest.approx(400.0) and thr["b"] == pytest.approx(732.0)
+    assert thr["rel"] == pytest.approx(0.83)
+    assert thr["lo"] == pytest.approx(332.0) and thr["hi"] == pytest.approx(332.0)  # deterministic: exact
+    assert thr["verdict"] == "better"
+    assert rows["requests/s"]["a"] == pytest.approx(4.0) and rows["requests/s"]["verdict"] == "within noise"
+
+
+def test_a_tiny_difference_with_a_zero_width_interval_is_within_noise():
+    a = _fixed(40, tokens=100, e2e_ms=1000.0, users=4)
+    b = _fixed(40, tokens=100, e2e_ms=1000.6, users=4)  # +0.06% e2e, exactly, every request
+    rows = {r["figure"]: r for r in compare_figures(a, b, resamples=200)}
+    e2e = rows["e2e_ms p50"]
+    assert e2e["lo"] == e2e["hi"] == pytest.approx(0.6)  # the interval excludes 0...
+    assert e2e["verdict"] == "within noise"  # ...but 0.06% is under the 2% floor
+    assert compare_figures(a, b, resamples=200, noise_floor=0.0)[9]["verdict"] == "worse"
+    assert rows["output tokens/s"]["verdict"] == "within noise"
+
+
+def test_throughput_interval_by_hand():
+    # Closed loop, 2 users, one request each: 10 and 30 tokens, both 1 s long; window 1 s -> 40 tok/s.
+    # Resampling 2 requests: {10,10} -> 20 (p 1/4), {10,30} -> 40 (1/2), {30,30} -> 60 (1/4); the window
+    # scales with the resampled busy time (always 2 s of 2 s), so the 95% interval is [20, 60].
+    from servelab.analysis.stats import RateSample, rate_diff_ci, rate_replicates
+
+    s = RateSample(np.array([10.0, 30.0]), np.array([1.0, 1.0]), 1.0, closed=True)
+    reps = rate_replicates(s, resamples=4000, rng=np.random.default_rng(0))
+    assert set(np.unique(reps)) == {20.0, 40.0, 60.0}
+    assert np.mean(reps == 40.0) == pytest.approx(0.5, abs=0.03)
+    lo, hi = np.percentile(reps, [2.5, 97.5])
+    assert (lo, hi) == (20.0, 60.0)
+    # Closed loop where each request streams 10 tok/s of its own time: 10 tokens in 1 s, 30 in 3 s; window 1 s,
+    # busy 4 s in all. {a,a}: 20 tok over 1*2/4 = 0.5 s -> 40; {b,b}: 60 over 1.5 s -> 40; {a,b}: 40 over 1 s.
+    # Every replicate is 40: the figure is set by the per-request rate, not by which requests were drawn.
+    t = RateSample(np.array([10.0, 30.0]), np.array([1.0, 3.0]), 1.0, closed=True)
+    assert np.allclose(rate_replicates(t, resamples=400, rng=np.random.default_rng(1)), 40.0)
+    # Open loop: the window is the schedule's, fixed: {10,10} -> 20, {30,30} -> 60, whatever the busy time.
+    o = RateSample(np.array([10.0, 30.0]), np.array([1.0, 3.0]), 1.0, closed=False)
+    assert set(np.unique(rate_replicates(o, resamples=400, rng=np.random.default_rng(2)))) == {20.0, 40.0, 60.0}
+    same = rate_diff_ci(s, s, resamples=400, rng=np.random.default_rng(3))
+    assert same["diff"] == 0 and same["lo"] < 0 < same["hi"]
+
+
+def test_two_facts_differing_are_unfair_and_must_match_dimensions():
+    flags = ["--tensor-parallel-size", "8", "--max-num-seqs", "64", "--dtype", "bfloat16"]
+    a = _manifest(server_flags=flags)
+    b = _manifest(server_flags=["--tensor-parallel-size", "8", "--max-num-seqs", "256", "--dtype", "float16"])
+    with pytest.raises(ComparisonError) as e:
+        check_fair([a, b])
+    assert "batch policy" in str(e.value) and "quantization" in str(e.value)
+    tiny = copy.deepcopy(a)
+    tiny["target"]["model"] = "sim-tiny"
+    check_fair([a, tiny])  # compare: the model is the one thing varied
+    with pytest.raises(ComparisonError) as e:
+        check_fair([a, tiny], must_match=("model",))
+    assert "model checkpoint (deepseek-v3 vs sim-tiny)" in str(e.value)

@@ -1,0 +1,192 @@
+"""The regression gate behind ``servelab check``: a candidate run or sweep against a baseline.
+
+Pure functions over ``summary.json`` dicts (and manifests for fairness). At every baseline level each gated
+figure may move the wrong way by at most its limit; a move inside the practical-significance noise floor
+never fails (deterministic simulator runs give exact figures, so a 0.06% change is noise, not a verdict).
+
+Gated figures (each present in the baseline; one the candidate lacks fails):
+
+* latency, lower is better: TTFT, TPOT, ITL and e2e at p50/p95/p99 (``metrics.*``);
+* throughput, higher is better: output tokens/s and goodput requests/s (``throughput.*``);
+* agent runs: task time p95 (lower), task success rate = completed / started sessions (higher) and cost
+  per successful task (lower, when a price was given).
+
+:func:`refusals` says why a pair must not be gated at all: an INVALID run, or an unfair pair (a different
+model or workload, or more than one other dimension differing; see :func:`servelab.analysis.compare.check_fair`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from servelab.analysis.compare import DEFAULT_NOISE_FLOOR, check_fair
+from servelab.errors import ComparisonError, ConfigError
+
+Kind = Literal["latency", "throughput", "cost"]
+LATENCY_METRICS: tuple[str, ...] = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
+GATE_PERCENTILES: tuple[float, ...] = (50, 95, 99)
+# check compares like with like: these dimensions must match (the model and the work it was given).
+MUST_MATCH: tuple[str, ...] = ("model", "tokenizer", "prompts", "outputs")
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One gated figure: where it is in a summary, its unit, its direction and which limit applies."""
+
+    name: str  # dotted path in summary.json (or "success_rate", derived)
+    label: str
+    unit: str
+    lower_is_better: bool
+    kind: Kind
+
+    def value(self, summary: Mapping[str, Any]) -> float | None:
+        if self.name == "success_rate":
+            started = _dig(summary, "sessions", "started")
+            done = _dig(summary, "sessions", "completed")
+            return done / started if isinstance(started, int | float) and started and done is not None else None
+        v = _dig(summary, *self.name.split("."))
+        return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def figures(metrics: Sequence[str] = LATENCY_METRICS,
+            percentiles: Sequence[float] = GATE_PERCENTILES) -> list[Figure]:
+    """Every gated figure, latency first."""
+    out = [Figure(f"metrics.{m}.p{p:g}", f"{m} p{p:g}", "ms", True, "latency") for m in metrics for p in percentiles]
+    out += [Figure("throughput.output_tokens_per_s", "output tokens/s", "tok/s", False, "throughput"),
+            Figure("throughput.goodput_requests_per_s", "goodput", "req/s", False, "throughput"),
+            Figure("task_ms.p95", "task_ms p95", "ms", True, "latency"),
+            Figure("success_rate", "task success rate", "fraction", False, "throughput"),
+            Figure("cost.per_successful_task", "cost per successful task", "USD", True, "cost")]
+    return out
+
+
+def _dig(d: Any, *path: str) -> Any:
+    for p in path:
+        if not isinstance(d, Mapping):
+            return None
+        d = d.get(p)
+    return d
+
+
+def _limits(max_regression: float | Mapping[str, float]) -> dict[Kind, float]:
+    """``{"latency", "throughput", "cost"}`` limits from one fraction or a mapping (``goodput`` is accepted
+    for ``throughput``; ``cost`` defaults to the latency limit)."""
+    if isinstance(max_regression, Mapping):
+        m = dict(max_regression)
+        if "goodput" in m and "throughput" not in m:
+            m["throughput"] = m["goodput"]
+        for kind in ("latency", "throughput"):
+            if kind not in m:
+                raise ConfigError(f"check_regression: max_regression has no '{kind}' entry",
+                                  hint="give a fraction for 'latency' and 'throughput' (or 'goodput'), "
+                                       "e.g. {'latency': 0.1, 'throughput': 0.05}")
+        m.setdefault("cost", m["latency"])
+        out: dict[Kind, float] = {k: float(m[k]) for k in ("latency", "throughput", "cost")}  # type: ignore[misc]
+    else:
+        v = float(max_regression)
+        out = {"latency": v, "throughput": v, "cost": v}
+    for k, v in out.items():
+        if not v >= 0:
+            raise ConfigError(f"check_regression: the {k} limit must be a non-negative fraction, got {v}")
+    return out
+
+
+def _by_level(x: Mapping[Any, Any]) -> dict[Any, Mapping[str, Any]]:
+    if "metrics" in x or "throughput" in x or "requests" in x:
+        return {None: x}  # a single summary
+    return dict(x)
+
+
+def _fmt(v: float, unit: str) -> str:
+    if unit == "fraction":
+        return f"{v:.1%}"
+    if unit == "USD":
+        return f"${v:,.4g}"
+    return f"{v:,.1f} {unit}" if abs(v) >= 10 else f"{v:,.3g} {unit}"
+
+
+def check_regression(baseline: Mapping[Any, Any], candidate: Mapping[Any, Any],
+                     max_regression: float | Mapping[str, float] = 0.1, *,
+                     metrics: Sequence[str] = LATENCY_METRICS, percentiles: Sequence[float] = GATE_PERCENTILES,
+                     noise_floor: float = DEFAULT_NOISE_FLOOR) -> list[dict[str, Any]]:
+    """Failures of ``candidate`` against ``baseline`` (empty list: no regression).
+
+    Both are ``{level: summary}`` (or one summary each). A figure fails when it moves the wrong way by more
+    than ``max(limit, noise_floor)`` of the baseline value; each failure is ``{level, metric, baseline,
+    candidate, change, limit, message}``, ``message`` a sentence with the numbers.
+    """
+    if not 0 <= noise_floor < 1:
+        raise ConfigError(f"the noise floor must be a fraction in [0, 1), got {noise_floor}")
+    base, cand = _by_level(baseline), _by_level(candidate)
+    limits = _limits(max_regression)
+    fails: list[dict[str, Any]] = []
+    for level in sorted(base, key=lambda v: (v is None, v)):
+        where = "" if level is None else f" at level {level:g}"
+        if level not in cand:
+            fails.append({"level": level, "metric": "level", "baseline": None, "candidate": None, "change": None,
+                          "limit": 0.0, "message": f"the candidate has no run{where}"})
+            continue
+        for fig in figures(metrics, percentiles):
+            f = _gate_one(fig, base[level], cand[level], limits[fig.kind], noise_floor, where)
+            if f is not None:
+                fails.append({"level": level, **f})
+    return fails
+
+
+def _gate_one(fig: Figure, bs: Mapping[str, Any], cs: Mapping[str, Any], limit: float, floor: float,
+              where: str) -> dict[str, Any] | None:
+    b = fig.value(bs)
+    if b is None:
+        return None
+    label = fig.label
+    c = fig.value(cs)
+    row = {"metric": label, "baseline": b, "candidate": c, "change": None, "limit": limit}
+    if c is None:
+        return {**row, "message": f"{label}{where}: missing in the candidate (baseline {_fmt(b, fig.unit)})"}
+    if b <= 0:
+        return None  # no relative change from zero; a zero baseline is not a reference
+    change = c / b - 1
+    row["change"] = change
+    worse = change if fig.lower_is_better else -change
+    allowed = max(limit, floor)
+    if worse <= allowed:
+        return None
+    sign = "+" if fig.lower_is_better else "-"
+    return {**row, "message": f"{label}{where}: {_fmt(c, fig.unit)} vs {_fmt(b, fig.unit)} "
+                              f"({change:+.1%}, limit {sign}{limit:.0%}"
+                              f"{'' if limit >= floor else f', noise floor {floor:.0%}'})"}
+
+
+def invalid_reasons(summary: Mapping[str, Any]) -> list[str] | None:
+    """Why a run is INVALID (its own reasons), or None when it is valid. Reads ``valid`` /
+    ``invalid_reasons`` and, where present, ``validity: {valid, reasons}``."""
+    validity = summary.get("validity")
+    flags = [summary.get("valid")]
+    reasons = list(summary.get("invalid_reasons") or [])
+    if isinstance(validity, Mapping):
+        flags.append(validity.get("valid"))
+        reasons += [r for r in validity.get("reasons") or [] if r not in reasons]
+    if any(f is False for f in flags) or (reasons and not any(f is True for f in flags)):
+        return [str(r) for r in reasons] or ["marked invalid (no reason recorded)"]
+    return None
+
+
+def refusals(baseline: Mapping[str, Any], candidate: Mapping[str, Any], *,
+             allow_diff: Iterable[str] = ()) -> list[str]:
+    """Reasons not to gate this pair at all (empty: gate it). Each side is ``{"name", "manifest",
+    "levels": {level: summary}}``."""
+    out: list[str] = []
+    for role, side in (("baseline", baseline), ("candidate", candidate)):
+        for level, summary in side["levels"].items():
+            bad = invalid_reasons(summary)
+            if bad:
+                at = "" if level is None else f" (level {level:g})"
+                out.append(f"the {role} {side['name']}{at} is INVALID: {'; '.join(bad)}")
+    allowed = {*allow_diff, "concurrency"}  # levels are matched one by one
+    try:
+        check_fair([baseline["manifest"], candidate["manifest"]], allowed, must_match=MUST_MATCH)
+    except ComparisonError as e:
+        out.append(e.message + (f" ({e.hint})" if e.hint else ""))
+    return out
