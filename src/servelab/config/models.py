@@ -14,6 +14,10 @@ from servelab.config.base import Strict
 from servelab.config.distributions import Distribution, Fixed, as_distribution
 from servelab.config.validity import ValidityConfig
 
+# The first run: a real model on real (simulated) hardware with a chat-sized workload, finishing in seconds.
+DEFAULT_TARGET = "sim:llama-3.1-8b@1xh100"
+DEFAULT_CONCURRENCY = 16
+
 
 class TimeoutsConfig(Strict):
     connect_s: float = Field(default=10.0, gt=0, description="TCP/TLS connect timeout, seconds.")
@@ -25,9 +29,9 @@ class TimeoutsConfig(Strict):
 
 class TargetConfig(Strict):
     url: str = Field(
-        default="sim",
+        default=DEFAULT_TARGET,
         description="OpenAI-compatible base URL (http://127.0.0.1:8000/v1) or a simulator deployment "
-        "(sim, sim:MODEL@COUNTxHARDWARE[,key=value...], sim:FILE.yaml).",
+        "(sim:MODEL@COUNTxHARDWARE[,key=value...], sim:FILE.yaml; plain `sim` is the tiny test model).",
     )
     model: str | None = Field(default=None, description="Model name sent in requests; default: the first "
                               "model the server lists.")
@@ -76,10 +80,10 @@ class SharedPrefixConfig(Strict):
 class WorkloadConfig(Strict):
     kind: Literal["requests"] = Field(default="requests", description="Single-turn requests.")
     input_tokens: Distribution = Field(
-        default_factory=lambda: Fixed(value=512), description="Prompt length, tokens (beyond any shared prefix)."
+        default_factory=lambda: Fixed(value=1024), description="Prompt length, tokens (beyond any shared prefix)."
     )
     output_tokens: Distribution = Field(
-        default_factory=lambda: Fixed(value=128), description="Requested output length (max_tokens), tokens."
+        default_factory=lambda: Fixed(value=256), description="Requested output length (max_tokens), tokens."
     )
     shared_prefix: SharedPrefixConfig | None = Field(
         default=None, description="A prefix of N tokens shared by each of K groups of requests."
@@ -106,7 +110,7 @@ class WorkloadConfig(Strict):
 class LoadConfig(Strict):
     concurrency: int | None = Field(
         default=None, ge=1, description="Closed loop: number of users each sending the next request when the "
-        "last finishes."
+        f"last finishes (default {DEFAULT_CONCURRENCY} when no rate is given)."
     )
     rate: float | None = Field(default=None, gt=0, description="Open loop: request rate, requests per second.")
     arrival: Literal["poisson", "gamma", "constant"] = Field(
@@ -129,7 +133,7 @@ class LoadConfig(Strict):
 
     @property
     def effective_concurrency(self) -> int:
-        return self.concurrency if self.concurrency is not None else 1
+        return self.concurrency if self.concurrency is not None else DEFAULT_CONCURRENCY
 
 
 class LimitsConfig(Strict):

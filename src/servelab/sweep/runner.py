@@ -11,6 +11,7 @@ from typing import Any
 
 from servelab.bench.run import execute
 from servelab.config import RunConfig, apply_overrides, validate
+from servelab.config.models import DEFAULT_TARGET
 from servelab.errors import ConfigError, ServelabError
 from servelab.records.manifest import redact, redact_argv, utc_now_iso
 from servelab.records.rundir import create_run_dir
@@ -72,7 +73,7 @@ def point_config(base: dict[str, Any], params: dict[str, Any]) -> RunConfig:
             data = apply_overrides(data, {key: value})
         else:
             sim_keys[key] = value
-    url = (data.get("target") or {}).get("url", "sim")
+    url = (data.get("target") or {}).get("url", DEFAULT_TARGET)
     if sim_keys and str(url).startswith("sim"):
         data.setdefault("target", {})["url"] = _with_sim_keys(str(url), sim_keys)
     return validate(RunConfig, data, source="sweep point")

@@ -38,7 +38,7 @@ def test_flag_beats_file_beats_default(tmp_path):
     cfg = load_config(RunConfig, p, {"load.concurrency": 16})
     assert cfg.load.concurrency == 16
     assert isinstance(cfg.workload.input_tokens, LogNormal)
-    assert isinstance(cfg.workload.output_tokens, Fixed) and cfg.workload.output_tokens.value == 128
+    assert isinstance(cfg.workload.output_tokens, Fixed) and cfg.workload.output_tokens.value == 256
 
 
 def test_bad_yaml_says_where(tmp_path):
