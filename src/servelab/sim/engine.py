@@ -190,8 +190,11 @@ class Engine:
         req.output_tokens = s.out
         req.token_times_ns = sched.token_times(s)
         first = req.first_token_ns if req.first_token_ns is not None else now
-        req.queue_ns = (s.t_sched or now) - req.arrival_ns
-        req.prefill_ns = first - (s.t_sched or now)
+        # 0 is a valid virtual time, not "unset"; a step anchored on the engine's timeline (t_free) may start
+        # up to 2 ms before a request that arrived as it began: that request was not waiting before it arrived.
+        t_sched = now if s.t_sched is None else max(s.t_sched, req.arrival_ns)
+        req.queue_ns = t_sched - req.arrival_ns
+        req.prefill_ns = first - t_sched
         req.decode_ns = now - first
         req.comm_ns = s.comm_ns
         self._active.pop(req.rid, None)
@@ -241,11 +244,12 @@ class Engine:
 
     async def _loop(self, r: _Replica) -> None:
         clock, sched, cost = self.clock, r.sched, r.cost
-        t_free = 0
+        t_free = clock.now()
         while not self._stopping:
             if not sched.has_work():
                 r.wake.clear()
                 await r.wake.wait()
+                t_free = clock.now()  # after idling, the next step starts now, never before the arrival
                 continue
             wall = clock.now()
             # Back-to-back steps follow the engine's own timeline; timers that fire early or late by up to
@@ -324,6 +328,7 @@ class Engine:
             "kv_usage": sum(k.usage() for k in kvs) / len(kvs),
             "kv_blocks_total": sum(k.capacity for k in kvs),
             "preemptions_total": sum(r.sched.preemptions for r in rs),
+            "kv_evicted_blocks_total": sum(k.evictions for k in kvs),
             "prefix_cache_queries_tokens": sum(k.queries for k in kvs),
             "prefix_cache_hits_tokens": sum(k.hits for k in kvs),
             "prompt_tokens_total": sum(r.sched.prompt_tokens for r in rs),

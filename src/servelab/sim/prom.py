@@ -249,6 +249,9 @@ def _render_sim(p: PromText, stats: Mapping[str, Any], req: RequestMetrics) -> N
               _num(stats, "kv_transfer_seconds_total"))
     p.gauge("servelab_sim_kv_blocks", "KV-cache blocks in the deployment (all replicas).",
             _num(stats, "kv_blocks_total"))
+    p.counter("servelab_sim_kv_evicted_blocks_total",
+              "Cached KV blocks evicted (least recently freed first) to make room for new allocations.",
+              _num(stats, "kv_evicted_blocks_total"))
     p.gauge("servelab_sim_expert_imbalance",
             "Mixture-of-experts load imbalance of the last step (max over mean tokens per expert; 1 = even).",
             _num(stats, "expert_imbalance", default=1.0))
