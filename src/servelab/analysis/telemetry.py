@@ -207,14 +207,36 @@ def summarize_telemetry(cols: dict[str, list[Any]], engine: str | None = None) -
     return out
 
 
-def token_agreement(server: dict[str, Any], client_output: int, client_input: int) -> dict[str, Any]:
-    """Client token counts beside the server's own counters, with the relative difference."""
+# Engines whose prompt-token counter counts only the tokens they evaluated, not those found in the prompt
+# cache (llama.cpp's llamacpp:prompt_tokens_total); their cached counter holds the rest.
+_PROMPT_COUNTER_EXCLUDES_CACHED = frozenset({"llama.cpp"})
+
+
+def token_agreement(server: dict[str, Any], client_output: int, client_input: int,
+                    client_cached: int | None = None) -> dict[str, Any]:
+    """Client token counts beside the server's own counters, with the relative difference.
+
+    For an engine whose prompt counter excludes cached tokens (llama.cpp) the server's prompt figure is
+    evaluated + cached (its cached-token counter); without that counter, the client's prompt tokens minus its
+    usage-reported cached tokens (``client_cached``); with neither, the difference is not computed (None, with
+    a ``note``) rather than reported as a mismatch."""
     c = server.get("counters", {}) if server else {}
     out: dict[str, Any] = {}
     for key, mine in (("generation_tokens_total", client_output), ("prompt_tokens_total", client_input)):
         theirs = c.get(key)
         if theirs is None:
             continue
+        row: dict[str, Any] = {}
+        if key == "prompt_tokens_total" and server.get("engine") in _PROMPT_COUNTER_EXCLUDES_CACHED:
+            cached = c.get("prefix_cache_hits_total")
+            if cached is not None:
+                theirs, row["basis"] = theirs + cached, "server evaluated + cached prompt tokens"
+            elif client_cached is not None:
+                mine, row["basis"] = mine - client_cached, "client prompt tokens minus usage cached tokens"
+            else:
+                out[key] = {"server": theirs, "client": mine, "relative_difference": None,
+                            "note": "the server's prompt counter excludes cached tokens and no cached count is known"}
+                continue
         diff = (mine - theirs) / theirs if theirs else None
-        out[key] = {"server": theirs, "client": mine, "relative_difference": diff}
+        out[key] = {"server": theirs, "client": mine, "relative_difference": diff, **row}
     return out
