@@ -12,7 +12,8 @@ combine by kind: fractions (KV-cache usage, GPU utilization) take the MEAN acros
 up. Then mean and max over time. KV-cache usage adds the share (and seconds) of samples in which some
 engine was above 90 %. Prefix-cache effects are claimed only from the hit and query counters.
 
-The simulator's own series (``servelab_sim_*``) add KV evictions, the communication share of step time and
+The simulator's own series (``servelab_sim_*``) add KV evictions, the communication share of step time
+(communication seconds / busy seconds; the parts may overlap, so they are not summed) and
 the expert-load imbalance per step (a histogram of max/mean tokens per EP rank, <= ep by construction),
 reported as p50/p95 over steps.
 """
@@ -40,6 +41,7 @@ KV_HIGH = 0.9
 SIM_EVICTED = "servelab_sim_kv_evicted_blocks_total"
 SIM_STEP_PARTS = "servelab_sim_step_seconds_total"
 SIM_IMBALANCE = "servelab_sim_expert_imbalance_ratio"
+SIM_BUSY = "servelab_sim_busy_seconds_total"
 
 Series = dict[tuple[str, str], list[tuple[int, float]]]
 
@@ -175,10 +177,12 @@ def _sim_figures(cols: dict[str, list[Any]]) -> dict[str, Any]:
         part = orjson.loads(labels).get("part") if labels else None
         if part and pts:
             by_part[part] = by_part.get(part, 0.0) + max(pts[-1][1] - pts[0][1], 0.0)
-    total = sum(by_part.values())
-    if total > 0:
+    busy = _delta(_raw_series(cols, SIM_BUSY), SIM_BUSY)
+    total = busy if busy else sum(by_part.values())  # step time; the parts' sum when busy time is absent
+    if total > 0 and by_part:
         out["step_seconds"] = by_part
-        out["communication_share"] = by_part.get("communication", 0.0) / total
+        out["busy_seconds"] = busy
+        out["communication_share"] = min(by_part.get("communication", 0.0) / total, 1.0)
     imb = _histogram_quantiles(_raw_series(cols, SIM_IMBALANCE + "_bucket"), (0.5, 0.95), lowest=1.0)
     if imb and imb.get("n"):
         out["expert_imbalance"] = imb

@@ -18,8 +18,10 @@ def _page(kv0: float, kv1: float, k: int) -> str:
     for eng, kv in (("0", kv0), ("1", kv1)):
         lines += [f'vllm:kv_cache_usage_perc{{engine="{eng}"}} {kv}', f'vllm:gpu_cache_usage_perc{{engine="{eng}"}} {kv}',
                   f'vllm:num_requests_running{{engine="{eng}"}} {3 + k}']
-    # simulator series, cumulative; at k = 2: evicted 37; steps 6 s compute, 2 s memory, 2 s communication
+    # simulator series, cumulative; at k = 2: evicted 37; 8 s of steps: 6 s compute, 2 s memory (overlapping)
+    # and 2 s communication
     lines += ["# TYPE servelab_sim_kv_evicted_blocks_total counter", f"servelab_sim_kv_evicted_blocks_total {37 * (k == 2)}",
+              "# TYPE servelab_sim_busy_seconds_total counter", f"servelab_sim_busy_seconds_total {4 * k}",
               "# TYPE servelab_sim_step_seconds_total counter",
               f'servelab_sim_step_seconds_total{{part="compute"}} {3 * k}',
               f'servelab_sim_step_seconds_total{{part="memory"}} {1 * k}',
@@ -56,7 +58,7 @@ def test_kv_usage_is_a_fraction_mean_across_engines_one_name():
 def test_simulator_evictions_communication_share_and_imbalance():
     out = summarize_telemetry(_cols(), "servelab-sim")
     assert out["kv_evicted_blocks"] == 37
-    assert out["communication_share"] == pytest.approx(2 / 10)
+    assert out["communication_share"] == pytest.approx(2 / 8)  # of the step time, not of the parts' sum
     imb = out["expert_imbalance"]
     # p50: rank 50 in (1.0, 1.5] holding 10..60 -> 1.0 + 0.5 * 40/50 = 1.4; p95: (2, 4] 90..100 -> 3.0
     assert imb["n"] == 100 and imb["p50"] == pytest.approx(1.4) and imb["p95"] == pytest.approx(3.0)

@@ -1,0 +1,153 @@
+"""Server evidence of one run, in one place (``summary.json`` ``evidence``; pure, no I/O).
+
+What the server said (telemetry, :func:`servelab.analysis.telemetry.summarize_telemetry` under
+``summary["server"]``) beside what the requests recorded (``srv_*`` ground truth when the target reports
+it): KV-cache usage (peak, mean, time above 90 %), evictions, preemptions, prefix-cache hit rate, server
+queueing beside the client's schedule lag, and for mixture-of-experts deployments the expert-load
+imbalance (max/mean tokens per EP rank over steps, p50/p95; it cannot exceed ``ep``) and the
+communication share of step time. Every figure says where it came from; a figure nobody measured is
+absent, never 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from servelab.analysis.attribution import int_columns
+from servelab.records.schema import OK
+
+
+def _get(d: Any, *path: str) -> Any:
+    for p in path:
+        if not isinstance(d, Mapping):
+            return None
+        d = d.get(p)
+    return d
+
+
+def _pcts(v: np.ndarray) -> dict[str, float] | None:
+    if not v.size:
+        return None
+    p50, p95 = np.percentile(v, [50, 95])
+    return {"p50": float(p50), "p95": float(p95), "mean": float(v.mean()), "n": int(v.size)}
+
+
+def _request_side(requests: Any) -> dict[str, Any]:
+    if requests is None:
+        return {}
+    c = int_columns(requests, ("srv_queue_ns", "srv_preempted_ns"))
+    ok = (c["status"] == OK) & ~c["warmup"]
+    out: dict[str, Any] = {}
+    if ok.any() and not c["srv_queue_ns?"][ok].any():
+        out["server_queue_ms"] = {**(_pcts(c["srv_queue_ns"][ok] / 1e6) or {}), "source": "requests (srv_queue_ns)"}
+    if ok.any() and not c["srv_preempted_ns?"][ok].any():
+        pre = c["srv_preempted_ns"][ok]
+        out["preempted_requests"] = {"count": int((pre > 0).sum()), "share": float((pre > 0).mean()),
+                                     "waiting_ms_total": float(pre.sum() / 1e6), "source": "requests"}
+    return out
+
+
+def _ep(manifest: Mapping[str, Any] | None) -> int | None:
+    for path in (("target", "deployment", "ep"), ("target", "ep"), ("target", "facts", "deployment", "ep")):
+        v = _get(manifest or {}, *path)
+        if isinstance(v, int | float) and v >= 1:
+            return int(v)
+    return None
+
+
+def run_evidence(requests: Any, summary: Mapping[str, Any], manifest: Mapping[str, Any] | None = None
+                 ) -> dict[str, Any]:
+    """``{kv, kv_evicted_blocks, preemptions, preempted_requests, prefix_cache_hit_rate, server_queue_ms,
+    client_lag_ms, moe}``; see the module docstring."""
+    server = summary.get("server") or {}
+    out: dict[str, Any] = {}
+    kv = _get(server, "gauges", "kv_cache_usage")
+    if kv:
+        out["kv"] = {"peak": kv.get("max"), "mean": kv.get("mean"), "peak_engine": kv.get("max_engine"),
+                     "share_above_90": kv.get("share_above_90"), "seconds_above_90": kv.get("seconds_above_90"),
+                     "source": "telemetry (mean across engines at each scrape)"}
+    if server.get("kv_evicted_blocks") is not None:
+        out["kv_evicted_blocks"] = server["kv_evicted_blocks"]
+    pre = _get(server, "counters", "preemptions_total")
+    if pre is not None:
+        out["preemptions"] = pre
+    if server.get("prefix_cache_hit_rate") is not None:
+        out["prefix_cache_hit_rate"] = server["prefix_cache_hit_rate"]
+        out["prefix_cache_source"] = "telemetry (hit / query tokens)"
+    else:
+        tok = summary.get("tokens") or {}
+        if tok.get("input") and tok.get("cached") is not None and tok.get("source") == "usage":
+            out["prefix_cache_hit_rate"] = tok["cached"] / tok["input"]
+            out["prefix_cache_source"] = "requests (usage cached / prompt tokens)"
+    out.update(_request_side(requests))
+    if "server_queue_ms" not in out and _get(server, "histograms", "queue_time_seconds", "mean_ms") is not None:
+        out["server_queue_ms"] = {"mean": server["histograms"]["queue_time_seconds"]["mean_ms"],
+                                  "source": "telemetry (queue-time histogram)"}
+    lag = _get(summary, "metrics", "lag_ms")
+    if lag and lag.get("n"):
+        out["client_lag_ms"] = {"p50": lag.get("p50"), "p95": lag.get("p95"), "mean": lag.get("mean"),
+                                "source": "requests (sent - intended)"}
+    moe = _moe(server, _ep(manifest))
+    if moe:
+        out["moe"] = moe
+    return out
+
+
+def _moe(server: Mapping[str, Any], ep: int | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if ep is not None:
+        out["ep"] = ep
+    imb = server.get("expert_imbalance")
+    if imb and imb.get("n") and (ep is None or ep > 1):
+        out["imbalance_p50"], out["imbalance_p95"], out["steps"] = imb.get("p50"), imb.get("p95"), imb.get("n")
+        if ep is not None:
+            out["imbalance_within_ep"] = bool(imb.get("p95", 0) <= ep + 1e-9)
+    if server.get("communication_share") is not None:
+        out["communication_share"] = server["communication_share"]
+        out["step_seconds"] = server.get("step_seconds")
+    return out if (len(out) > 1 or "ep" not in out) else {}
+
+
+def evidence_rows(ev: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(label, value) rows for terminal and HTML, only for what was measured."""
+    rows: list[tuple[str, str]] = []
+    kv = ev.get("kv")
+    if kv:
+        rows.append(("KV-cache usage", f"peak {_p(kv.get('peak'))}, mean {_p(kv.get('mean'))}, above 90% for "
+                                       f"{_f(kv.get('seconds_above_90'))} s ({_p(kv.get('share_above_90'))} of samples)"))
+    if "kv_evicted_blocks" in ev:
+        rows.append(("KV blocks evicted", f"{ev['kv_evicted_blocks']:,.0f}"))
+    pr = ev.get("preempted_requests")
+    if "preemptions" in ev or pr:
+        words = f"{ev['preemptions']:,.0f} by the server" if "preemptions" in ev else ""
+        if pr:
+            words += (", " if words else "") + f"{pr['count']:,} requests ({_p(pr['share'])}) preempted, " \
+                                               f"{_f(pr['waiting_ms_total'])} ms waiting to resume"
+        rows.append(("preemptions", words))
+    if ev.get("prefix_cache_hit_rate") is not None:
+        rows.append(("prefix-cache hit rate", f"{_p(ev['prefix_cache_hit_rate'])} ({ev.get('prefix_cache_source')})"))
+    q, lag = ev.get("server_queue_ms"), ev.get("client_lag_ms")
+    if q or lag:
+        sq = f"server queue p50 {_f(q.get('p50'))} / p95 {_f(q.get('p95'))} ms" if q and "p50" in q else \
+            f"server queue mean {_f(q.get('mean'))} ms" if q else "server queue not reported"
+        cl = f"client lag p50 {_f(lag.get('p50'))} / p95 {_f(lag.get('p95'))} ms" if lag else "client lag -"
+        rows.append(("queueing", f"{sq}; {cl}"))
+    moe = ev.get("moe") or {}
+    if "imbalance_p50" in moe:
+        rows.append(("expert-load imbalance", f"p50 {_f(moe['imbalance_p50'])}, p95 {_f(moe['imbalance_p95'])} "
+                                              f"(max/mean tokens per EP rank over {moe['steps']:,} steps; "
+                                              f"at most ep = {moe.get('ep', '?')})"))
+    if "communication_share" in moe:
+        rows.append(("communication share of step time", _p(moe["communication_share"])))
+    return rows
+
+
+def _p(v: Any) -> str:
+    return "-" if v is None else f"{100 * float(v):.1f}%"
+
+
+def _f(v: Any) -> str:
+    return "-" if v is None else f"{float(v):,.2f}"
