@@ -22,10 +22,10 @@ from typing import Any
 
 from servelab.clock import Clock
 from servelab.sim.api import SimRequest
-from servelab.sim.costmodel import CostModel
 from servelab.sim.deployment import Deployment
 from servelab.sim.kvcache import KVCache, block_hashes
 from servelab.sim.scheduler import WAITING, Scheduler, Seq
+from servelab.sim.stepcost import EngineStep, fidelity
 from servelab.sim.tokenizer import filler_ids, filler_text, tokenize
 
 LATENCY_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
@@ -67,15 +67,21 @@ def _mix(seed: int, rid: int) -> int:
 
 class _Replica:
     __slots__ = ("dep", "sched", "cost", "wake", "role", "steps", "busy_s", "compute_s", "memory_s", "comm_s",
-                 "a2a_bytes", "imbalance")
+                 "a2a_bytes", "imbalance", "cpu_s")
 
-    def __init__(self, dep: Deployment, role: str) -> None:
+    def __init__(self, dep: Deployment, role: str, seed: int, backend: Any = None) -> None:
         self.dep, self.role = dep, role
-        self.cost = CostModel(dep)
+        self.cost = EngineStep(dep, seed=seed, backend=backend)
         self.wake = asyncio.Event()
         self.steps = 0
-        self.busy_s = self.compute_s = self.memory_s = self.comm_s = self.a2a_bytes = 0.0
+        self.busy_s = self.compute_s = self.memory_s = self.comm_s = self.a2a_bytes = self.cpu_s = 0.0
         self.imbalance = 1.0
+
+
+def imbalance_buckets(ep: int) -> tuple[float, ...]:
+    """Upper bounds of the expert-imbalance histogram: 1 (balanced) up to ``ep`` (all load on one rank)."""
+    steps = (1.0, 1.05, 1.1, 1.2, 1.3, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 32.0, 64.0, 128.0, 256.0)
+    return tuple(sorted({x for x in steps if x < ep} | {float(max(ep, 1))}))
 
 
 class Engine:
@@ -90,12 +96,14 @@ class Engine:
         pools = [(split[0], "prefill"), (split[1], "decode")] if split else [(deployment, "mixed")]
         self.replicas: list[_Replica] = []
         for i, (dep, role) in enumerate(pools):
+            backend = None
             for j in range(dep.dp):
-                r = _Replica(dep, role)
+                r = _Replica(dep, role, _mix(seed ^ 0x57E9, 1000 * i + j), backend)
+                backend = r.cost.backend  # replicas of one pool share the backend (and its memo)
                 assert dep.memory is not None
                 kv = KVCache(dep.memory.kv_blocks, dep.block_size, dep.prefix_caching)
                 r.sched = Scheduler(
-                    kv, max_num_seqs=dep.max_num_seqs, max_num_batched_tokens=dep.max_num_batched_tokens,
+                    kv, max_num_seqs=dep.sched_max_seqs, max_num_batched_tokens=dep.sched_max_tokens,
                     chunked_prefill=dep.chunked_prefill, spec_tokens=dep.spec_tokens,
                     spec_acceptance=dep.spec_acceptance, seed=_mix(seed, 1000 * i + j),
                     on_finish=lambda s, now, r=r: self._finished(r, s, now),
@@ -106,12 +114,16 @@ class Engine:
         self._task: asyncio.Task | None = None
         self._stopping = False
         self._active: dict[int, tuple[Seq, _Replica]] = {}
+        self._pending: dict[int, Seq] = {}  # in the API server, not yet queued
         self.ttft = Histogram()
         self.itl = Histogram()
         self.queue = Histogram()
         self.e2e = Histogram()
         self.requests_finished: dict[str, int] = {}
         self.kv_transfer_s = 0.0
+        self.imbalance_hist = Histogram(imbalance_buckets(max(d.ep for d, _ in pools)))
+        self.backend = self.replicas[0].cost.name
+        self.fidelity = fidelity(deployment, self.backend)
 
     # ------------------------------------------------------------------ requests
     def tokenize(self, text: str) -> list[int]:
@@ -151,8 +163,32 @@ class Engine:
         if plen + target > mml:
             target, reason = mml - plen, "length"
         seq = Seq(req, target, reason)
+        delay = self.api_delay_ns(req)
+        if delay <= 0:
+            self._enqueue(seq)
+        else:  # the engine's API server (HTTP, tokenization) before the scheduler sees the request
+            self._pending[req.rid] = seq
+            loop.create_task(self._enqueue_at(seq, now + delay))
+
+    def api_delay_ns(self, req: SimRequest) -> int:
+        """Per-request API-server time of the engine profile: lognormal around ``api_ms``, seeded by
+        (engine seed, request id); it also spreads clients that would otherwise send in lockstep."""
+        prof = self.dep.profile
+        if prof is None or prof.api_ms <= 0:
+            return 0
+        u = (_mix(self.seed ^ 0xA91, req.rid) >> 11) / float(1 << 53)
+        z = _ND.inv_cdf(min(max(u, 1e-12), 1 - 1e-12))
+        sig = prof.api_sigma
+        return int(prof.api_ms * 1e6 * math.exp(sig * z - sig * sig / 2))
+
+    async def _enqueue_at(self, seq: Seq, due: int) -> None:
+        await self.clock.sleep_until(due)
+        if self._pending.pop(seq.req.rid, None) is not None:
+            self._enqueue(seq)
+
+    def _enqueue(self, seq: Seq) -> None:
         r = min(self.entry, key=lambda x: x.sched.load())
-        self._active[req.rid] = (seq, r)
+        self._active[seq.req.rid] = (seq, r)
         r.sched.add(seq)
         r.wake.set()
 
@@ -160,7 +196,12 @@ class Engine:
         """Stop request ``rid`` (client gone): frees its blocks, resolves it with finish_reason "abort"."""
         item = self._active.get(rid)
         if item is None:
-            return False
+            pend = self._pending.pop(rid, None)
+            if pend is None:
+                return False
+            pend.req.output_tokens = 0
+            self._resolve(pend.req, "abort", self.clock.now())
+            return True
         s, r = item
         sched = r.sched
         if s in sched.waiting:
@@ -260,7 +301,7 @@ class Engine:
                 if not sched.running and sched.waiting:
                     self._reject_head(r, t0)
                 continue
-            c = cost.step(b.n_dec, b.ctx_dec, b.p_tok, b.p_pairs, b.p_ctx)
+            c = cost.step(b.n_dec, b.ctx_dec, b.p_tok, b.p_pairs, b.p_ctx, len(sched.running))
             end = t0 + int(c.time_s * 1e9)
             await clock.sleep_until(end)
             while end - clock.now() > 1_000_000:  # woke early by more than a timer tick
@@ -273,6 +314,8 @@ class Engine:
             r.comm_s += c.comm_s
             r.a2a_bytes += c.a2a_bytes
             r.imbalance = c.imbalance
+            r.cpu_s += c.cpu_s
+            self.imbalance_hist.observe(c.imbalance)
             if b.n_dec:
                 self.itl.observe(c.time_s, b.n_dec)
                 if b.inc > 1:
@@ -284,6 +327,9 @@ class Engine:
         s = r.sched.waiting.popleft()
         s.req.error = (f"request needs {s.known} tokens of KV cache but the cache holds "
                        f"{r.sched.kv.capacity * r.sched.bs} tokens")
+        # Tokens it produced before it was preempted for good: the HTTP front streamed them already.
+        s.req.output_tokens = s.out
+        s.req.token_times_ns = r.sched.token_times(s)
         self._active.pop(s.req.rid, None)
         self._resolve(s.req, "error", now)
 
@@ -315,7 +361,7 @@ class Engine:
             except asyncio.CancelledError:
                 pass
             self._task = None
-        for rid in list(self._active):
+        for rid in list(self._active) + list(self._pending):
             self.abort(rid)
 
     # ------------------------------------------------------------------ metrics
@@ -340,6 +386,9 @@ class Engine:
             "step_comm_seconds_total": sum(r.comm_s for r in rs),
             "kv_transfer_seconds_total": self.kv_transfer_s,
             "expert_imbalance": max(r.imbalance for r in rs),
+            "expert_imbalance_ratio": self.imbalance_hist.snapshot(),
+            "step_cpu_seconds_total": sum(r.cpu_s for r in rs),
+            "cost_backend": self.backend,
             "all_to_all_bytes_total": sum(r.a2a_bytes for r in rs),
             "requests_finished": dict(self.requests_finished),
             "ttft_seconds": self.ttft.snapshot(),

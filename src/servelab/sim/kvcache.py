@@ -30,7 +30,7 @@ class KVCache:
     """Block accounting for one engine replica (all its attention ranks together)."""
 
     __slots__ = ("capacity", "block_size", "prefix_caching", "n_anon", "ref", "lru", "queries", "hits",
-                 "evictions")
+                 "evictions", "epoch")
 
     def __init__(self, num_blocks: int, block_size: int = 16, prefix_caching: bool = True) -> None:
         self.capacity = int(num_blocks)
@@ -42,6 +42,7 @@ class KVCache:
         self.queries = 0  # prompt tokens looked up
         self.hits = 0  # of which found cached
         self.evictions = 0
+        self.epoch = 0  # bumped whenever blocks are freed (room may have grown)
 
     # ------------------------------------------------------------------ capacity
     def available(self) -> int:
@@ -111,6 +112,7 @@ class KVCache:
         Blocks are freed tail first, so a sequence's last blocks are evicted before its first ones.
         """
         self.n_anon -= n_anon
+        self.epoch += 1
         ref, lru = self.ref, self.lru
         for h in reversed(hashes):
             c = ref[h] - 1
@@ -118,7 +120,13 @@ class KVCache:
             if c == 0:
                 lru[h] = None
 
+    def unreferenced(self, hashes: Sequence[int]) -> int:
+        """How many of ``hashes`` (all registered) no sequence references: acquiring them shrinks the room."""
+        ref = self.ref
+        return sum(1 for h in hashes if ref[h] == 0)
+
     def reset_prefix_cache(self) -> None:
+        self.epoch += 1
         for h in list(self.lru):
             del self.ref[h]
         self.lru.clear()

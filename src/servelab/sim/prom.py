@@ -255,6 +255,25 @@ def _render_sim(p: PromText, stats: Mapping[str, Any], req: RequestMetrics) -> N
     p.gauge("servelab_sim_expert_imbalance",
             "Mixture-of-experts load imbalance of the last step (max over mean tokens per expert; 1 = even).",
             _num(stats, "expert_imbalance", default=1.0))
+    snap = stats.get("expert_imbalance_ratio")
+    if isinstance(snap, Mapping) and snap.get("buckets"):
+        p.histogram("servelab_sim_expert_imbalance_ratio",
+                    "Per-step expert load imbalance: tokens on the busiest EP rank over the mean (1 = even, at most "
+                    "ep). The slowest rank sets the step.", _hist_from_snapshot(snap))
+    p.counter("servelab_sim_step_cpu_seconds_total",
+              "Engine CPU time per step (scheduling, input preparation) not hidden behind the GPU (seconds).",
+              _num(stats, "step_cpu_seconds_total"))
     p.counter("servelab_sim_all_to_all_bytes_total", "Bytes moved by expert-parallel all-to-all.",
               _num(stats, "all_to_all_bytes_total", "all_to_all_bytes"))
     p.counter("servelab_sim_requests_failed_total", "Requests that ended in an engine error.", req.failed)
+
+
+def _hist_from_snapshot(snap: Mapping[str, Any]) -> Histogram:
+    """A :class:`Histogram` from the engine's snapshot (bounds, cumulative counts with +Inf last, sum, count)."""
+    h = Histogram(snap["buckets"])
+    prev = 0
+    for i, c in enumerate(snap["cumulative_counts"]):
+        h.counts[i] = c - prev
+        prev = c
+    h.sum, h.count = float(snap["sum"]), int(snap["count"])
+    return h

@@ -22,14 +22,15 @@ from servelab.sim.api import SimRequest
 from servelab.sim.kvcache import KVCache, block_hashes
 
 WAITING, PREFILL, DECODE, DONE = 0, 1, 2, 3
+TRIM_EVERY = 4096  # decode-token times kept before the oldest unneeded ones are dropped
 
 
 class Seq:
     """Scheduler state of one request."""
 
     __slots__ = ("req", "prompt", "plen", "target", "reason", "hashes", "held", "blocks", "computed", "out",
-                 "state", "off", "dtok0", "out0", "ver", "segs", "t_sched", "t_preempt", "remote_kv",
-                 "comm0", "comm_ns", "reg_upto")
+                 "state", "off", "dtok0", "out0", "ver", "times", "t_sched", "t_preempt", "remote_kv",
+                 "comm0", "comm_ns", "reg_upto", "admit_fail")
 
     def __init__(self, req: SimRequest, target: int, reason: str) -> None:
         self.req = req
@@ -47,13 +48,14 @@ class Seq:
         self.dtok0 = 0
         self.out0 = 0
         self.ver = 0
-        self.segs: list[tuple[int, int]] = []  # (-1, t_ns) single token, or (dtok_a, dtok_b) decode run
+        self.times: list[int] = []  # token times so far (decode runs copied out when the sequence leaves)
         self.t_sched: int | None = None
         self.t_preempt: int | None = None
         self.remote_kv = False  # KV arrives from a prefill pool (disaggregated): admit straight to decode
         self.comm0 = 0
         self.comm_ns = 0
         self.reg_upto = 0  # prompt blocks already offered to the prefix cache
+        self.admit_fail: tuple[int, int] | None = None  # (KV release epoch, blocks) of a failed admission
 
     @property
     def known(self) -> int:
@@ -102,8 +104,12 @@ class Scheduler:
         self.heap: list[tuple[int, int, int, Seq]] = []
         self._tie = 0
         self.dtok = 0  # decode tokens produced per decoding sequence so far
-        self.tok_times: list[int] = []  # time of decode token i (i = dtok index)
-        self.tok_comm: list[int] = [0]  # cumulative comm ns at decode token i
+        # Time of decode token ``tok_base + i`` is ``tok_times[i]``; entries older than every decoding
+        # sequence's start are dropped (bounded state in a long-running server).
+        self.tok_times: list[int] = []
+        self.tok_base = 0
+        self._trim_at = TRIM_EVERY
+        self.comm_total = 0  # cumulative communication ns of decode steps
         self.streaming: set[Seq] = set()
         self.preemptions = 0
         self.prompt_tokens = 0
@@ -130,7 +136,7 @@ class Scheduler:
         s.ver += 1
         self._tie += 1
         heapq.heappush(self.heap, (self.dtok + s.target - s.out, self._tie, s.ver, s))
-        s.comm0 = self.tok_comm[-1]
+        s.comm0 = self.comm_total
         if s.req.on_tokens is not None:
             self.streaming.add(s)
 
@@ -141,11 +147,12 @@ class Scheduler:
         self.n_decoding -= 1
         s.ver += 1
         produced = upto - s.dtok0
-        s.segs.append((s.dtok0, s.dtok0 + min(produced, s.target - s.out0)))
+        a = s.dtok0 - self.tok_base
+        s.times.extend(self.tok_times[a:a + min(produced, s.target - s.out0)])
         s.out = min(s.out0 + produced, s.target)
         s.computed = s.off + upto
         s.blocks = -(-s.computed // self.bs)
-        s.comm_ns += self.tok_comm[-1] - s.comm0
+        s.comm_ns += self.comm_total - s.comm0
         self.streaming.discard(s)
 
     # ------------------------------------------------------------------ blocks
@@ -235,6 +242,8 @@ class Scheduler:
                 continue
             if budget <= 0:
                 break
+            if s.admit_fail is not None and s.admit_fail[0] == kv.epoch and budget >= s.admit_fail[1]:
+                break  # failed with at least this budget and nothing was freed since: it fails again
             hit = 0
             if kv.prefix_caching:
                 if s.hashes is None:
@@ -244,13 +253,18 @@ class Scheduler:
             if not self.chunked and todo > budget:
                 break
             n = min(todo, budget)
+            extra = -(-(hit * bs + n) // bs) - hit
+            # Referencing cached blocks takes the unreferenced ones out of the evictable pool: check the
+            # room first instead of acquiring and releasing thousands of blocks on every failed attempt.
+            revive = kv.unreferenced(s.hashes[:hit]) if hit else 0  # type: ignore[index]
+            if kv.available() - revive < extra:
+                s.admit_fail = (kv.epoch, budget)
+                break
             if hit:
                 kv.acquire(s.hashes[:hit])  # type: ignore[index]
-            extra = -(-(hit * bs + n) // bs) - hit
             if not kv.allocate(extra):
-                if hit:
-                    kv.release(s.hashes[:hit], 0)  # type: ignore[index]
-                break
+                raise AssertionError("allocation failed after the room check")
+            s.admit_fail = None
             self.waiting.popleft()
             kv.queries += s.known
             kv.hits += hit * bs
@@ -281,8 +295,9 @@ class Scheduler:
             inc = b.inc
             self.dtok += inc
             self.tok_times.extend([now] * inc)
-            c0 = self.tok_comm[-1]
-            self.tok_comm.extend([c0 + comm_ns] * inc)
+            self.comm_total += comm_ns
+            if len(self.tok_times) >= self._trim_at:
+                self._trim()
             self.generation_tokens += b.n_dec * inc
             for s in list(self.streaming):
                 s.req.on_tokens(min(inc, s.target - s.out0 - (self.dtok - inc - s.dtok0)), now)  # type: ignore[misc]
@@ -309,7 +324,7 @@ class Scheduler:
                 continue
             s.out += 1  # the step that completes a prefill samples one token
             self.generation_tokens += 1
-            s.segs.append((-1, now))
+            s.times.append(now)
             if s.req.first_token_ns is None:
                 s.req.first_token_ns = now
             if s.req.on_tokens is not None:
@@ -331,11 +346,14 @@ class Scheduler:
         self._release(s)
 
     def token_times(self, s: Seq) -> list[int]:
-        out: list[int] = []
-        tt = self.tok_times
-        for a, b in s.segs:
-            if a < 0:
-                out.append(b)
-            else:
-                out.extend(tt[a:b])
-        return out
+        """Token times of a sequence that is not decoding (finished, waiting or failed)."""
+        return s.times
+
+    def _trim(self) -> None:
+        """Drop decode-token times no decoding sequence can still need."""
+        start = min((s.dtok0 for s in self.running if s.state == DECODE), default=self.dtok)
+        cut = start - self.tok_base
+        if cut > 0:
+            del self.tok_times[:cut]
+            self.tok_base = start
+        self._trim_at = len(self.tok_times) + TRIM_EVERY

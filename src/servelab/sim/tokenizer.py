@@ -83,3 +83,45 @@ def filler_ids(n_tokens: int, seed: int = 0, vocab: int = DEFAULT_VOCAB) -> np.n
         table = np.array([token_id(w, vocab) for w in WORDS], dtype=np.int64)
         _word_ids[vocab] = table
     return table[_indices(n_tokens, seed)]
+
+
+class IncrementalTokenizer:
+    """``tokenize`` for texts that extend an earlier one under the same key (a conversation re-sent every turn):
+    only the new suffix is split and looked up. Bounded: the ``max_keys`` most recently used keys are kept.
+
+    A suffix is tokenized on its own only when the cut falls on whitespace (then ``tokenize(old + new) ==
+    tokenize(old) + tokenize(new)`` exactly); otherwise the whole text is tokenized again.
+    """
+
+    def __init__(self, vocab: int = DEFAULT_VOCAB, max_keys: int = 4096) -> None:
+        from collections import OrderedDict
+
+        self.vocab = vocab
+        self.max_keys = max_keys
+        self._last: OrderedDict[object, tuple[str, list[int]]] = OrderedDict()
+        self.words_split = 0  # words actually tokenized (for tests and benchmarks)
+
+    def tokenize(self, key: object, text: str) -> list[int]:
+        prev = self._last.get(key) if key is not None else None
+        if prev is not None:
+            old, ids = prev
+            n = len(old)
+            if len(text) >= n and text.startswith(old) and (
+                    n == 0 or len(text) == n or old[-1].isspace() or text[n].isspace()):
+                tail = tokenize(text[n:], self.vocab)
+                self.words_split += len(tail)
+                out = ids + tail if tail else list(ids)
+                self._remember(key, text, out)
+                return out
+        out = tokenize(text, self.vocab)
+        self.words_split += len(out)
+        if key is not None:
+            self._remember(key, text, out)
+        return out
+
+    def _remember(self, key: object, text: str, ids: list[int]) -> None:
+        last = self._last
+        last[key] = (text, ids)
+        last.move_to_end(key)
+        while len(last) > self.max_keys:
+            last.popitem(last=False)
