@@ -146,6 +146,10 @@ def render_summary(summary: Mapping[str, Any], console: Console, title: str = "s
     agents = _agents(summary)
     if agents is not None:
         console.print(agents)
+    from servelab.report.evidence import evidence_table  # server evidence (issue 10)
+
+    if (ev := evidence_table(summary)) is not None:
+        console.print(ev)
     for w in summary.get("warnings", []):
         console.print(Text(f"warning: {w}", style="yellow"))
     if summary.get("valid", True):
