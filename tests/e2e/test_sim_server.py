@@ -16,7 +16,8 @@ from servelab.records.schema import DISCONNECTED, HTTP_ERROR, MALFORMED, OK, TIM
 from servelab.sim.faults import FaultConfig
 from servelab.sim.server import SIM_SERVER, RunningServer, make_engine, start_server
 from servelab.transport.base import ModelRequest
-from servelab.transport.http import HttpTransport
+from servelab.transport.http import HttpTransport, probe_options
+from servelab.transport.probe import HttpProbe
 
 SPEC = "sim"  # sim-tiny on one H100: simulates fast
 TEST_TIMEOUT_S = 30
@@ -212,9 +213,9 @@ async def test_stop_string_cuts_the_text(serve, http, stream, spanning):
     body = _chat("stop test", max_tokens=30, ignore_eos=True)
     async with http.post(srv.base_url + "/chat/completions", json=body) as r:
         full = (await r.json())["choices"][0]["message"]["content"]
-    # The text is the engine's filler for the request id (0 here): predictable, so the next one is too.
-    assert full == filler_text(30, engine.output_seed(SimRequest(rid=0, prompt_ids=[], max_tokens=30)))
-    text = filler_text(30, engine.output_seed(SimRequest(rid=1, prompt_ids=[], max_tokens=30)))
+    # The text is the engine's filler for the request id (1 here, as in process): predictable, so the next one is too.
+    assert full == filler_text(30, engine.output_seed(SimRequest(rid=1, prompt_ids=[], max_tokens=30)))
+    text = filler_text(30, engine.output_seed(SimRequest(rid=2, prompt_ids=[], max_tokens=30)))
     words = text.split()
     k = 7
     # A whole word, or the end of word k-1, the space and the start of word k (across two tokens).
@@ -394,8 +395,12 @@ async def test_clean_server_gives_ok_records_with_usage(serve):
             assert rec.http_status == 200 and rec.usage_completion_tokens == 8
             assert rec.finish_reason == "length"
             assert rec.sent_ns <= rec.first_token_ns <= rec.end_ns
-        assert (await t.count_tokens("one two three")) == 3
-        assert (await t.describe())["engine"] == "servelab"
+        probe = HttpProbe(probe_options(t.target), t.clock)
+        try:
+            assert (await probe.count_tokens("one two three")) == 3
+            assert (await probe.describe())["engine"] == "servelab"
+        finally:
+            await probe.aclose()
     finally:
         await t.aclose()
 

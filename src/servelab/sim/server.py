@@ -100,7 +100,7 @@ class SimServer:
         self.clock = clock
         self.max_model_len = max_model_len
         self.metrics = RequestMetrics()
-        self._rids = itertools.count()
+        self._rids = itertools.count(1)  # as the in-process transport: same rid, same seeded lengths and text
         self._fault_seq = itertools.count()
         self._unix0 = time.time()  # the protocol's "created" field is a Unix time; measured times use clock
         self._clock0 = clock.now()

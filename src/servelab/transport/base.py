@@ -41,6 +41,15 @@ class ModelRequest:
         return "\n".join(str(m.get("content") or "") for m in (self.messages or []))
 
 
+def new_record(req: ModelRequest) -> RequestRecord:
+    """The record of one attempt at ``req``, before it is sent: the one place transports start a record."""
+    return RequestRecord(
+        request_id=req.request_id, session_id=req.session_id, turn=req.turn, attempt=req.attempt,
+        warmup=req.warmup, intended_ns=req.intended_ns, requested_output_tokens=req.max_tokens,
+        est_prompt_tokens=req.est_prompt_tokens,
+    )
+
+
 class Transport(Protocol):
     """One model request in, a timed response out."""
 
