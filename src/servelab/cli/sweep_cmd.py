@@ -23,6 +23,10 @@ def sweep(
     rate: Annotated[str | None, typer.Option(help="Request rates (req/s), e.g. 1,2,4,8.")] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="KEY=V1,V2,... for any config key "
                                                       "(dotted) or simulator/server key (repeatable).")] = None,
+    profile: Annotated[str | None, typer.Option(help="Agent workload profile (e.g. coding-agent): levels are "
+                                                "concurrent sessions.")] = None,
+    gpu_hour_usd: Annotated[float | None, typer.Option(help="Cost: price of one GPU-hour, USD; each target is "
+                                                     "priced at its own GPU count in the decision table.")] = None,
     arrival: Annotated[str | None, typer.Option(help="poisson, gamma or constant.")] = None,
     burstiness: Annotated[float | None, typer.Option(help="Gamma shape.")] = None,
     requests: Annotated[int | None, typer.Option(help="Requests per point.")] = None,
@@ -85,6 +89,10 @@ def sweep(
                      accuracy=AccuracySpec(n=accuracy, seed=seed or 0) if accuracy else None)
     err = Console(stderr=True, soft_wrap=True, highlight=False)
     sweep_dir, state = run_sweep(spec, say=lambda s: err.print(s, highlight=False, markup=False))
+    if state.get("decision"):  # the decision table beside sweep.json
+        from servelab.report.sweep_table import decision_csv
+
+        (sweep_dir / "decision.csv").write_text(decision_csv(state["decision"]))
     if json_out:
         sys.stdout.write(orjson.dumps(state, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:

@@ -74,8 +74,10 @@ def render_sweep(state: dict[str, Any], console: Console) -> None:
             console.print(f"{label}: {knee_words(g.get('knee'), None)}", highlight=False)
     else:
         console.print(knee_words(state.get("knee"), state.get("knee_reason")), highlight=False)
+    if state.get("decision"):
+        render_decision(state["decision"], console)
     scaling = state.get("scaling")
-    if scaling:
+    if scaling and not state.get("decision"):
         for p in scaling.get("peaks", []):
             eff = p.get("efficiency")
             console.print(f"{p['nodes']} node(s): peak {p['peak_throughput']:,.0f} tok/s at level "
@@ -85,3 +87,64 @@ def render_sweep(state: dict[str, Any], console: Console) -> None:
     for e in state.get("points", []):
         if e.get("status") == "failed":
             console.print(f"[red]failed[/] {e.get('key')}: {e.get('error')}", highlight=False, markup=True)
+
+
+# -- the decision table (issue 10) ---------------------------------------------------------------------
+
+DECISION_HEAD = ["target", "GPUs", "level", "out tok/s", "tasks/h", "task p50 s", "task p95 s", "TTFT p50 ms",
+                 "TTFT p95 ms", "timeouts", "success", "$/task", "scaling eff.", "note"]
+
+
+def decision_rows(decision: dict[str, Any]) -> list[list[str]]:
+    """One row per target x level, as text (the same cells for the terminal, the HTML and the CSV)."""
+    col, cost = decision["goal"]["throughput"], decision["goal"]["cost"]
+    rows = []
+    for r in decision.get("rows", []):
+        tp = r.get(col) if col == "tasks_per_hour" else None
+        eff = r.get("scaling_efficiency")
+        note = "collapsed: " + r["collapse_reason"] if r.get("collapsed") else ("" if r.get("healthy") else "unhealthy")
+        rows.append([str(r["target"]), _num(r.get("gpus"), "{:,.0f}"), f"{r['level']:g}",
+                     _num(r.get("output_tokens_per_s"), "{:,.0f}"), _num(tp, "{:,.0f}"),
+                     _num(r.get("task_p50_s"), "{:,.1f}"), _num(r.get("task_p95_s"), "{:,.1f}"),
+                     _num(r.get("ttft_p50_ms"), "{:,.0f}"), _num(r.get("ttft_p95_ms"), "{:,.0f}"),
+                     _num(r.get("timeouts"), "{:,.0f}"), _num(r.get("success_rate"), "{:.1%}"),
+                     _num(r.get(cost), "{:,.4f}"), _num(eff, "{:.0%}"), note])
+    return rows
+
+
+def render_decision(decision: dict[str, Any], console: Console) -> None:
+    win = decision.get("window_s")
+    title = "decision table" + (f" (tasks/h over the common window {win[0]:,.0f}-{win[1]:,.0f} s of every run)"
+                                if win else "")
+    t = Table(title=title, title_justify="left")
+    for c in DECISION_HEAD:
+        t.add_column(c, justify="left" if c in ("target", "note") else "right")
+    for row in decision_rows(decision):
+        t.add_row(*row)
+    console.print(t)
+    for a in decision.get("advice", []):
+        console.print(f"advice ({a['kind']}): {a['text']}", highlight=False, markup=False)
+
+
+def decision_csv(decision: dict[str, Any]) -> str:
+    import csv
+    import io
+
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(DECISION_HEAD)
+    w.writerows(decision_rows(decision))
+    return buf.getvalue()
+
+
+def decision_html(state: dict[str, Any]) -> str:
+    """The decision table and its advice for the sweep report ('' when the sweep has none)."""
+    from servelab.report.html_page import esc, table
+
+    d = state.get("decision")
+    if not d or not d.get("rows"):
+        return ""
+    parts = ["<h2>Decision table: which topology, at which load</h2>",
+             table(DECISION_HEAD, decision_rows(d), left=1, left_last=True, csv_name="decision")]
+    parts += [f"<p><b>{esc(a['kind'])}</b>: {esc(a['text'])}</p>" for a in d.get("advice", [])]
+    return "".join(parts)

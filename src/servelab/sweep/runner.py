@@ -16,6 +16,7 @@ from servelab.errors import ConfigError, ServelabError
 from servelab.records.manifest import redact, redact_argv, utc_now_iso
 from servelab.records.rundir import create_run_dir
 from servelab.sweep import state as st
+from servelab.sweep.decision_of import decision_for
 from servelab.sweep.grid import Point, expand
 from servelab.sweep.knee_of import knees_for
 from servelab.sweep.scaling_of import scaling_for
@@ -129,6 +130,7 @@ def run_sweep(spec: SweepSpec, say: Callable[[str], None] = lambda s: None) -> t
         st.save(sweep_dir, state)
     state["knees"], state["knee"], state["knee_reason"] = knees_for(state["points"])
     state["scaling"] = scaling_for(sweep_dir, state["points"])
+    state["decision"] = decision_for(sweep_dir, state)
     state["ended_at"] = utc_now_iso()
     state["complete"] = all(e["status"] in ("ok", "failed") for e in state["points"])
     st.save(sweep_dir, state)
@@ -155,9 +157,13 @@ def _run_point(sweep_dir: Path, p: Point, cfg: RunConfig, spec: SweepSpec) -> di
             argv = render_command(spec.server.command, {**spec.server.variables, **_template_values(cfg), **p.params})
             extra["server"] = {"command_line": redact_argv(argv), "log": "server.log"}
             server = ServerProcess(argv, run_dir / "server.log", spec.server.health_url, spec.server.startup_timeout_s)
+            t_srv = time.monotonic()
             server.start()
+            extra["server"]["ready_s"] = time.monotonic() - t_srv  # start-up is part of a topology's cost
         result = execute(cfg, argv=spec.argv, run_dir=run_dir, report=False, manifest_extra=extra)
         entry = _entry(p, "ok", run_dir=p.key, summary=result.summary, wall_s=time.monotonic() - t)
+        if server is not None:
+            entry["server_ready_s"] = extra["server"]["ready_s"]
         if spec.accuracy is not None:  # while the point's server is still up
             entry["accuracy"] = _point_accuracy(spec, cfg, extra.get("server"), run_dir)
         return entry

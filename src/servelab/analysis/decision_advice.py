@@ -1,0 +1,159 @@
+"""Advice read off the decision table (:mod:`servelab.analysis.decision`): every threshold it states is a
+load level of the table, every comparison two cells of it. Nothing here is a constant presented as a fact.
+
+Items (``{"kind", "text", "levels"}``):
+
+    choice       per level, the cheapest HEALTHY target ($/successful task; without prices the highest
+                 tasks/h), compressed into ranges: "A up to ~N sessions; B from M"
+    collapse     a target that collapses, from which level and why
+    latency      levels where another healthy target has a lower task p95 than the choice, with both p95s
+                 and both prices ("only when task p95 matters more than cost")
+    crossover    the level from which a larger topology of the same model wins on tasks/h and on $/task
+    other_model  a different (e.g. smaller dense) model in the sweep: where it is the choice, where not
+    ready        time to ready of the servers the sweep started
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+def _levels_word(rows: Sequence[Mapping[str, Any]]) -> str:
+    return "sessions" if any(r.get("tasks_per_hour") is not None for r in rows) else "level"
+
+
+def _pick(cands: list[Mapping[str, Any]], col: str, cost: str) -> Mapping[str, Any] | None:
+    if not cands:
+        return None
+    priced = [r for r in cands if r.get(cost) is not None]
+    if priced:
+        return min(priced, key=lambda r: (r[cost], -(r.get(col) or 0.0)))
+    return max(cands, key=lambda r: r.get(col) or 0.0)
+
+
+def _ranges(picks: list[tuple[float, str | None]]) -> list[tuple[str | None, float, float]]:
+    out: list[tuple[str | None, float, float]] = []
+    for lv, t in picks:
+        if out and out[-1][0] == t:
+            out[-1] = (t, out[-1][1], lv)
+        else:
+            out.append((t, lv, lv))
+    return out
+
+
+def _choice(table: Mapping[str, Any], word: str) -> tuple[dict[str, Any], dict[float, Mapping[str, Any]]]:
+    rows, col, cost = table["rows"], table["goal"]["throughput"], table["goal"]["cost"]
+    levels = sorted({r["level"] for r in rows})
+    chosen: dict[float, Mapping[str, Any]] = {}
+    picks: list[tuple[float, str | None]] = []
+    for lv in levels:
+        p = _pick([r for r in rows if r["level"] == lv and r["healthy"]], col, cost)
+        if p is not None:
+            chosen[lv] = p
+        picks.append((lv, None if p is None else p["target"]))
+    parts = []
+    rng = _ranges(picks)
+    for i, (t, lo, hi) in enumerate(rng):
+        name = t or "no target healthy"
+        if len(rng) == 1:
+            parts.append(f"{name} at every level measured ({lo:g}-{hi:g} {word})")
+        elif i == 0:
+            parts.append(f"{name} up to ~{hi:g} {word}")
+        elif i == len(rng) - 1:
+            parts.append(f"{name} beyond ({lo:g}{'' if lo == hi else f'-{hi:g}'} {word})")
+        else:
+            parts.append(f"{name} from {lo:g} to {hi:g} {word}")
+    basis = "lowest $ per successful task" if any(r.get(cost) is not None for r in rows) else \
+        f"highest {col.replace('_', ' ')}"
+    text = f"Choice by {basis} among healthy targets: " + "; ".join(parts) + "."
+    return {"kind": "choice", "text": text, "levels": [[t, lo, hi] for t, lo, hi in rng]}, chosen
+
+
+def _collapses(rows: Sequence[Mapping[str, Any]], word: str) -> list[dict[str, Any]]:
+    out = []
+    for t in dict.fromkeys(r["target"] for r in rows):
+        bad = sorted((r for r in rows if r["target"] == t and r["collapsed"]), key=lambda r: r["level"])
+        if bad:
+            r = bad[0]
+            extra = ""
+            if r.get("timeouts") and r.get("started"):
+                extra = f" ({r['timeouts']} of {r['started']} tasks timed out)"
+            out.append({"kind": "collapse", "levels": [b["level"] for b in bad],
+                        "text": f"{t} collapses from {r['level']:g} {word}: {r['collapse_reason']}{extra}."})
+    return out
+
+
+def _latency(table: Mapping[str, Any], chosen: Mapping[float, Mapping[str, Any]], word: str) -> list[dict]:
+    rows, cost = table["rows"], table["goal"]["cost"]
+    key = "task_p95_s" if any(r.get("task_p95_s") is not None for r in rows) else "ttft_p95_ms"
+    unit = "s" if key == "task_p95_s" else "ms"
+    by_target: dict[str, list[tuple[float, Mapping[str, Any], Mapping[str, Any]]]] = {}
+    for lv, c in chosen.items():
+        cands = [r for r in rows if r["level"] == lv and r["healthy"] and r.get(key) is not None]
+        if not cands or c.get(key) is None:
+            continue
+        fast = min(cands, key=lambda r: r[key])
+        if fast["target"] != c["target"] and fast[key] < 0.9 * c[key]:
+            by_target.setdefault(fast["target"], []).append((lv, fast, c))
+    out = []
+    for t, items in by_target.items():
+        lv, fast, c = items[-1]
+        price = ""
+        if fast.get(cost) is not None and c.get(cost) is not None:
+            price = f" at ${fast[cost]:,.4g} vs ${c[cost]:,.4g} per task"
+        lvls = ", ".join(f"{x[0]:g}" for x in items)
+        out.append({"kind": "latency", "levels": [x[0] for x in items],
+                    "text": f"{t} only when task p95 matters more than cost: lower {key.replace('_', ' ')} at "
+                            f"{lvls} {word} (at {lv:g}: {fast[key]:,.3g} {unit} vs {c[key]:,.3g} {unit} for "
+                            f"{c['target']}{price})."})
+    return out
+
+
+def _crossovers(table: Mapping[str, Any], word: str) -> list[dict[str, Any]]:
+    out = []
+    for x in table["crossovers"]:
+        def w(v: float | None) -> str:
+            return f"from {v:g} {word}" if v is not None else "at no level measured"
+
+        out.append({"kind": "crossover", "levels": [x["on_throughput"], x["on_cost"]],
+                    "text": f"{x['larger']} beats {x['smaller']} on {table['goal']['throughput'].replace('_', ' ')} "
+                            f"{w(x['on_throughput'])}, and on {table['goal']['cost'].replace('_', ' ')} "
+                            f"{w(x['on_cost'])}."})
+    return out
+
+
+def _other_models(table: Mapping[str, Any], chosen: Mapping[float, Mapping[str, Any]], word: str) -> list[dict]:
+    targets = table["targets"]
+    models = {t["model"] for t in targets}
+    if len(models) < 2:
+        return []
+    main = max(targets, key=lambda t: t["gpus"] or 0)["model"]
+    out = []
+    for t in targets:
+        if t["model"] == main:
+            continue
+        wins = [lv for lv, c in chosen.items() if c["target"] == t["target"]]
+        if wins:
+            text = (f"The {t['model']} option ({t['target']}, {t['gpus']} GPUs) is the choice at "
+                    f"{', '.join(f'{v:g}' for v in wins)} {word}.")
+        else:
+            text = f"The {t['model']} option ({t['target']}) is the choice at no level measured."
+        out.append({"kind": "other_model", "levels": wins, "text": text})
+    return out
+
+
+def advice_from_table(table: Mapping[str, Any]) -> list[dict[str, Any]]:
+    rows = table["rows"]
+    if not rows:
+        return []
+    word = _levels_word(rows)
+    choice, chosen = _choice(table, word)
+    out = [choice, *_collapses(rows, word), *_latency(table, chosen, word), *_crossovers(table, word),
+           *_other_models(table, chosen, word)]
+    ready = {r["target"]: r["ready_s"] for r in rows if r.get("ready_s") is not None}
+    if ready:
+        out.append({"kind": "ready", "levels": [],
+                    "text": "Time to ready (server start to healthy, part of a topology's cost): "
+                            + "; ".join(f"{t} {v:,.1f} s" for t, v in ready.items()) + "."})
+    return out

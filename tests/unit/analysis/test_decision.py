@@ -1,0 +1,84 @@
+"""The decision table and its advice on a hand-built sweep: DeepSeek-V3 on 1, 2 and 4 nodes (8, 16, 32
+GPUs) at 16, 64 and 256 sessions, where 1 node collapses at 256. Expected values are worked by hand:
+
+    window: duration 3600 s -> [900, 3600] s = 0.75 h; tasks/h = tasks ending inside it / 0.75
+    $/task = 2.0 $/GPU-h x GPUs x 0.75 h / tasks in the window
+             1 node : 12/300 = 0.04    12/600 = 0.02     12/150 = 0.08  (70 % success: collapsed)
+             2 nodes: 24/290 = 0.0828  24/900 = 0.0267   24/1200 = 0.02
+             4 nodes: 48/315 = 0.152   48/950 = 0.0505   48/1500 = 0.032
+"""
+
+import pytest
+
+from servelab.analysis.decision import PointData, decision_table
+
+TASKS = {"1 node": (300, 600, 150), "2 nodes": (290, 900, 1200), "4 nodes": (315, 950, 1500)}
+P95 = {"1 node": (60, 90, 900), "2 nodes": (55, 70, 120), "4 nodes": (50, 40, 60)}
+SUCCESS = {"1 node": (0.99, 0.98, 0.70), "2 nodes": (0.99, 0.99, 0.97), "4 nodes": (0.99, 0.99, 0.99)}
+GPUS = {"1 node": 8, "2 nodes": 16, "4 nodes": 32}
+LEVELS = (16, 64, 256)
+
+
+def _point(t: str, i: int) -> PointData:
+    n = TASKS[t][i]
+    ends = [900 + 2700 * (k + 0.5) / n for k in range(n)] + [100.0, 7200.0]  # before the window, a straggler
+    started = 1000
+    ok = round(SUCCESS[t][i] * started)
+    summary = {"sessions": {"started": started, "completed": ok, "accepted": ok, "cancelled": 0,
+                            "timed_out": started - ok},
+               "task_ms": {"p50": P95[t][i] * 500.0, "p95": P95[t][i] * 1000.0},
+               "metrics": {"ttft_ms": {"p50": 100.0, "p95": 400.0}},
+               "throughput": {"output_tokens_per_s": 1000.0 * (i + 1)}}
+    return PointData(target=t, level=LEVELS[i], summary=summary, model="DeepSeek-V3", gpus=GPUS[t],
+                     nodes=GPUS[t] // 8, window_s=3600.0, task_ends_s=ends, ready_s=60.0 * GPUS[t] / 8)
+
+
+def _table(**kw):
+    return decision_table([_point(t, i) for t in TASKS for i in range(3)], gpu_hour_usd=2.0, **kw)
+
+
+def _row(table, target, level):
+    return next(r for r in table["rows"] if r["target"] == target and r["level"] == level)
+
+
+def test_rows_use_the_common_window_and_each_targets_gpu_count():
+    t = _table()
+    assert t["window_s"] == [900.0, 3600.0]
+    r = _row(t, "4 nodes", 256)
+    assert r["tasks_in_window"] == 1500 and r["tasks_per_hour"] == pytest.approx(2000)  # straggler excluded
+    assert r["usd_per_task"] == pytest.approx(0.032)
+    assert _row(t, "1 node", 64)["usd_per_task"] == pytest.approx(0.02)
+    assert _row(t, "2 nodes", 256)["usd_per_task"] == pytest.approx(0.02)
+    assert _row(t, "1 node", 256)["success_rate"] == pytest.approx(0.70)
+    # scaling efficiency at the SAME level: 2 nodes at 64 = 1200 / (800 x 2) = 0.75
+    assert _row(t, "2 nodes", 64)["scaling_efficiency"] == pytest.approx(0.75)
+
+
+def test_collapse_and_advice_thresholds():
+    t = _table()
+    one = _row(t, "1 node", 256)
+    assert one["collapsed"] and not one["healthy"]
+    assert "success 70% < 90%" in one["collapse_reason"] and "75% below its best 800" in one["collapse_reason"]
+    text = {a["kind"]: a["text"] for a in t["advice"]}
+    assert "1 node up to ~64 sessions; 2 nodes beyond (256 sessions)" in text["choice"]
+    assert "1 node collapses from 256 sessions" in text["collapse"] and "300 of 1000 tasks timed out" in text["collapse"]
+    assert "4 nodes only when task p95 matters more than cost" in text["latency"]
+    assert "at 256: 60 s vs 120 s for 2 nodes at $0.032 vs $0.02 per task" in text["latency"]
+    cross = {(c["smaller"], c["larger"]): c for c in t["crossovers"]}
+    assert cross[("1 node", "2 nodes")]["on_throughput"] == 64 and cross[("1 node", "2 nodes")]["on_cost"] == 256
+    assert cross[("2 nodes", "4 nodes")]["on_throughput"] == 16 and cross[("2 nodes", "4 nodes")]["on_cost"] is None
+    assert "Time to ready" in text["ready"] and "4 nodes 240.0 s" in text["ready"]
+
+
+def test_a_smaller_dense_model_option_is_covered():
+    pts = [_point(t, i) for t in ("1 node", "2 nodes") for i in range(3)]
+    for i in range(3):  # a 70B dense model on 8 GPUs: 700 tasks in the window at every level
+        p = _point("1 node", i)
+        p.target, p.model = "llama-70b", "Llama-3.1-70B"
+        p.task_ends_s = [900 + 2700 * (k + 0.5) / 700 for k in range(700)]
+        p.summary = {**p.summary, "sessions": {**p.summary["sessions"], "accepted": 990, "timed_out": 10}}
+        pts.append(p)
+    t = decision_table(pts, gpu_hour_usd=2.0)
+    text = [a["text"] for a in t["advice"] if a["kind"] == "other_model"]
+    # llama: 12/700 = 0.0171 $/task beats 1 node at 16 (0.04) and 64 (0.02); 2 nodes at 256 is 0.02
+    assert text == ["The Llama-3.1-70B option (llama-70b, 8 GPUs) is the choice at 16, 64, 256 sessions."]
