@@ -10,7 +10,16 @@ import pytest
 from servelab.clock import NS_PER_S, VirtualClock, WallClock
 from servelab.errors import ConfigError
 from servelab.load.session import RequestIds, run_session
-from servelab.records.schema import CANCELLED, HTTP_ERROR, OK, TIMEOUT, RequestRecord, SessionRecord
+from servelab.records.schema import (
+    CANCELLED,
+    DISCONNECTED,
+    HTTP_ERROR,
+    OK,
+    TIMEOUT,
+    RequestRecord,
+    SessionRecord,
+)
+from servelab.transport import mock
 from servelab.transport.base import ModelRequest
 from servelab.workload.agent import Acceptance, Action, ModelTurn, Policy, SessionPlan, Think
 
@@ -22,36 +31,27 @@ class Words:
         return " ".join([f"t{key}"] * n_tokens)
 
 
-class Scripted:
-    """A transport twin: fixed latency; call i fails with ``faults[i]`` (a status, or 'hang')."""
+def scripted(clock, faults=None, latency_s=0.1, output_text=""):
+    """The in-library transport twin: answers after ``latency_s``; call i fails with ``faults[i]`` (a status,
+    or 'hang'). The server counts one token per prompt word and streams ``max_tokens`` words (or
+    ``output_text`` as one chunk)."""
+    faults = faults or {}
 
-    def __init__(self, clock, faults=None, latency_s=0.1, output_text=""):
-        self.clock, self.faults, self.latency_s, self.output_text = clock, faults or {}, latency_s, output_text
-        self.calls: list[ModelRequest] = []
-
-    async def send(self, req: ModelRequest) -> RequestRecord:
-        i = len(self.calls)
-        self.calls.append(req)
-        t0 = self.clock.now()
-        fault = self.faults.get(i)
-        await self.clock.sleep(1e6 if fault == "hang" else self.latency_s)
-        ok = fault is None
+    def handler(req: ModelRequest) -> mock.Reply:
+        fault = faults.get(len(tr.calls) - 1)
+        if fault == "hang":
+            return mock.hang()
+        if fault == HTTP_ERROR:
+            return mock.error(503, "overloaded", delay_s=latency_s)
+        if fault == DISCONNECTED:
+            return mock.reset(delay_s=latency_s)
+        assert fault is None, fault
         words = sum(len(str(m["content"]).split()) for m in req.messages or [])
-        return RequestRecord(
-            request_id=req.request_id, session_id=req.session_id, turn=req.turn, attempt=req.attempt,
-            status=OK if ok else fault, intended_ns=req.intended_ns, sent_ns=t0, end_ns=self.clock.now(),
-            usage_prompt_tokens=words, usage_completion_tokens=req.max_tokens if ok else None,
-            srv_queue_ns=1000, output_text=self.output_text if ok else "",
-        )
+        tokens = [output_text] if output_text else mock.words(req.max_tokens)
+        return mock.chat_stream(tokens, ttft_s=latency_s, usage=mock.usage_block(words, req.max_tokens))
 
-    async def count_tokens(self, text):
-        return None
-
-    async def describe(self):
-        return {}
-
-    async def aclose(self):
-        return None
+    tr = mock.MockTransport(handler, clock)
+    return tr
 
 
 def took(s: SessionRecord) -> float:
@@ -73,7 +73,7 @@ def act(failures=(False,), durations=None, kind="tool", **kw) -> Action:
 
 def run(p: SessionPlan, faults=None, output_text="", cancel_after_s=None):
     clock = VirtualClock()
-    tr = Scripted(clock, faults, output_text=output_text)
+    tr = scripted(clock, faults, output_text=output_text)
     records: list[RequestRecord] = []
     sessions: list[SessionRecord] = []
 
@@ -90,7 +90,7 @@ def run(p: SessionPlan, faults=None, output_text="", cancel_after_s=None):
         return sessions[0]
 
     s = clock.run(main)
-    return s, tr.calls, records
+    return s, tr.requests, records
 
 
 def test_steps_run_in_order_and_context_grows_like_a_resent_conversation():
@@ -113,7 +113,8 @@ def test_steps_run_in_order_and_context_grows_like_a_resent_conversation():
     assert s.turns == 3 and s.requests == 3 and s.retries == 0 and s.tool_calls == 1
     assert took(s) == pytest.approx(5.3, abs=1e-6)
     assert [x / NS_PER_S for x in (s.model_ns, s.tool_ns, s.think_ns)] == pytest.approx([0.3, 2, 3], abs=1e-6)
-    assert s.input_tokens == 570 and s.output_tokens == 37 and s.queue_ns == 3000
+    # An HTTP server reports no queue time: only the simulator's ground truth fills it (tested below).
+    assert s.input_tokens == 570 and s.output_tokens == 37 and s.queue_ns == 0
 
 
 def test_model_retries_back_off_exponentially_then_succeed():
@@ -128,7 +129,7 @@ def test_model_retries_back_off_exponentially_then_succeed():
 
 def test_model_step_fails_the_session_when_retries_run_out():
     s, _, records = run(plan([ModelTurn("a", 20), ModelTurn("b", 5)], max_retries=1),
-                        faults={0: HTTP_ERROR, 1: "disconnected"})
+                        faults={0: HTTP_ERROR, 1: DISCONNECTED})
     assert s.status == "failed" and s.accepted is False
     assert "model step a" in s.error and "2 attempt" in s.error
     assert len(records) == 2 and s.retries == 1 and s.turns == 0
@@ -207,7 +208,7 @@ def test_real_commands_are_run_and_their_exit_status_decides():
     p = plan([good, bad, ModelTurn("a", 5)], max_retries=1, backoff_s=0.0)
 
     async def main():
-        tr = Scripted(clock, latency_s=0.0)
+        tr = scripted(clock, latency_s=0.0)
         return await run_session(p, tr, clock, RequestIds(), on_record=lambda r: None, texts=Words())
 
     s = clock.run(main)
@@ -216,8 +217,9 @@ def test_real_commands_are_run_and_their_exit_status_decides():
 
 
 def test_a_scripted_session_against_the_simulator_on_virtual_time():
-    sim = pytest.importorskip("servelab.transport.sim", reason="the simulator transport is not built yet")
     from servelab.sim.target import parse_sim_target
+    from servelab.transport.sim import SimTransport
+    from servelab.transport.sim_probe import SimProbe
     from servelab.workload.agent import synth_text_source
     from servelab.workload.tokens import ServerCounter
 
@@ -226,9 +228,10 @@ def test_a_scripted_session_against_the_simulator_on_virtual_time():
     records: list[RequestRecord] = []
 
     async def main():
-        tr = sim.SimTransport(parse_sim_target("sim"), clock, 0)
+        deployment = parse_sim_target("sim")
+        tr = SimTransport(deployment, clock, 0)
         try:
-            texts = await synth_text_source(ServerCounter(tr.count_tokens), seed=0)
+            texts = await synth_text_source(ServerCounter(SimProbe(deployment).count_tokens), seed=0)
             return await run_session(plan(steps), tr, clock, RequestIds(), on_record=records.append, texts=texts)
         finally:
             await tr.aclose()
@@ -242,6 +245,7 @@ def test_a_scripted_session_against_the_simulator_on_virtual_time():
         assert abs(r.usage_prompt_tokens - r.est_prompt_tokens) <= 0.05 * r.est_prompt_tokens + 64
         assert r.usage_completion_tokens == r.requested_output_tokens
     assert s.model_ns > 0 and s.tool_ns == 3 * NS_PER_S and took(s) >= 5.0
+    assert s.queue_ns == sum(r.srv_queue_ns for r in records)
 
 
 @pytest.mark.parametrize("name", ["chat", "coding-agent", "agent-workflow"])
@@ -256,7 +260,7 @@ def test_shipped_profiles_run_end_to_end_on_virtual_time(name):
 
     async def main():
         texts = await synth_text_source(EstimateCounter(), seed=0)
-        tr, ids = Scripted(clock, latency_s=0.5), RequestIds()
+        tr, ids = scripted(clock, latency_s=0.5), RequestIds()
         return await asyncio.gather(*(run_session(build_plan(spec, i, 0), tr, clock, ids, on_record=records.append,
                                                   texts=texts) for i in range(8)))
 

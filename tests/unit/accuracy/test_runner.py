@@ -10,37 +10,27 @@ from servelab.accuracy.runner import accuracy_for_target, run_items, score
 from servelab.clock import VirtualClock
 from servelab.config.models import TargetConfig
 from servelab.errors import ConfigError
-from servelab.records.schema import HTTP_ERROR, OK, RequestRecord
+from servelab.records.schema import HTTP_ERROR
+from servelab.transport import mock
 from servelab.transport.base import ModelRequest
+from servelab.transport.mock import MockTransport
 
 
-class Scripted:
-    """Answers each prompt from a table after a delay on the clock; tracks requests in flight."""
+def scripted(clock: VirtualClock, answers: dict[str, str | None], delay_s: float = 0.5) -> MockTransport:
+    """The in-library twin: answers each prompt from a table after ``delay_s`` (None: HTTP 503)."""
 
-    def __init__(self, clock: VirtualClock, answers: dict[str, str | None], delay_s: float = 0.5) -> None:
-        self.clock, self.answers, self.delay_s = clock, answers, delay_s
-        self.in_flight = self.max_in_flight = 0
-        self.requests: list[ModelRequest] = []
-
-    async def send(self, req: ModelRequest) -> RequestRecord:
-        self.requests.append(req)
-        self.in_flight += 1
-        self.max_in_flight = max(self.max_in_flight, self.in_flight)
-        rec = RequestRecord(request_id=req.request_id, sent_ns=self.clock.now())
-        await self.clock.sleep(self.delay_s)
-        self.in_flight -= 1
-        rec.end_ns = self.clock.now()
-        text = self.answers[req.text()]
+    def handler(req: ModelRequest) -> mock.Reply:
+        text = answers[req.text()]
         if text is None:
-            rec.status, rec.error = HTTP_ERROR, "HTTP 503: overloaded"
-        else:
-            rec.status, rec.output_text, rec.finish_reason = OK, text, "stop"
-        return rec
+            return mock.error(503, "overloaded", delay_s=delay_s)
+        return mock.chat_json(text, delay_s=delay_s, finish="stop")
+
+    return MockTransport(handler, clock)
 
 
 def _run(items, answers, concurrency=3):
     clock = VirtualClock()
-    t = Scripted(clock, answers)
+    t = scripted(clock, answers)
 
     async def main():
         return await run_items(t, items, clock=clock, concurrency=concurrency, max_tokens=32,
@@ -61,7 +51,8 @@ def test_run_items_judges_and_limits_concurrency():
     assert all(r.temperature == 0.0 and r.max_tokens == 32 and not r.stream for r in t.requests)
     assert t.requests[0].messages[0] == {"role": "system", "content": "Be brief."}
     failed = results[5]
-    assert failed.status == HTTP_ERROR and failed.correct is None and failed.error == "HTTP 503: overloaded"
+    assert failed.status == HTTP_ERROR and failed.correct is None and failed.error.startswith("HTTP 503: ")
+    assert "overloaded" in failed.error
     s = score(results)
     assert (s["items"], s["answered"], s["failed"]) == (12, 11, 1)
     assert s["correct"] == 7  # i % 3 != 0, minus the failed item 5
