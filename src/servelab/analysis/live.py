@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
+
+import numpy as np
 
 from servelab.analysis.histogram import LogHistogram
 from servelab.records.schema import CANCELLED, OK, RequestRecord
@@ -59,6 +61,34 @@ class LiveStats:
         self.last_end_ns = max(ends) if ends else None
         self.ttft_ms.merge(other.ttft_ms)
         return self
+
+    def snapshot(self) -> dict[str, Any]:
+        """These statistics as plain JSON types (the histogram as sparse bucket counts), for another process."""
+        h = self.ttft_ms
+        nz = np.flatnonzero(h.counts)
+        return {"mode": self.mode, "done": self.done, "ok": self.ok, "errors": self.errors,
+                "cancelled": self.cancelled, "warmup": self.warmup, "output_tokens": self.output_tokens,
+                "first_start_ns": self.first_start_ns, "last_end_ns": self.last_end_ns,
+                "ttft_ms": {"buckets": nz.tolist(), "counts": h.counts[nz].tolist(), "n": h.n, "total": h.total,
+                            "min": h.min if h.n else None, "max": h.max if h.n else None}}
+
+    @classmethod
+    def from_snapshot(cls, snap: dict[str, Any]) -> LiveStats:
+        out = cls(snap["mode"], snap["done"], snap["ok"], snap["errors"], snap["cancelled"], snap["warmup"],
+                  snap["output_tokens"], snap["first_start_ns"], snap["last_end_ns"])
+        h, t = out.ttft_ms, snap["ttft_ms"]
+        h.counts[np.asarray(t["buckets"], dtype=np.int64)] = np.asarray(t["counts"], dtype=np.int64)
+        h.n, h.total = t["n"], t["total"]
+        if t["n"]:
+            h.min, h.max = t["min"], t["max"]
+        return out
+
+    def take(self) -> dict[str, Any]:
+        """Report and reset (a worker's periodic delta): the snapshot so far, then start counting afresh.
+        Merging every delta a worker took gives its whole statistics."""
+        snap = self.snapshot()
+        self.__init__(self.mode)  # type: ignore[misc]
+        return snap
 
     @property
     def elapsed_s(self) -> float | None:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from servelab.analysis.replay import replay_summary
-from servelab.bench.work import RunRecords, Work
+from servelab.bench.work import RunRecords, Work, shard_ids
 from servelab.clock import NS_PER_S, Clock
 from servelab.config.models import ReplayWorkloadConfig, RunConfig
 from servelab.load.arrivals import arrival_offsets_ns
@@ -25,11 +25,13 @@ from servelab.load.replay import ReplayOptions, ReplayPlayer
 from servelab.load.runner import RunOutcome
 from servelab.records.sink import RecordSink
 from servelab.transport.base import Transport
+from servelab.transport.probe import TargetProbe
 from servelab.workload.traces import Trace, prefix_reuse
 from servelab.workload.traces.units import Unit, prepare_trace, replay_units, sub_agents
 
 
-async def replay_work(cfg: RunConfig, transport: Transport, clock: Clock, sink: RecordSink) -> Work:
+async def replay_work(cfg: RunConfig, transport: Transport, clock: Clock, sink: RecordSink,
+                      probe: TargetProbe | None = None) -> Work:
     """The replay of ``cfg.workload`` (a :class:`ReplayWorkloadConfig`) as a runner job with its schedule."""
     w = cfg.workload
     assert isinstance(w, ReplayWorkloadConfig)
@@ -41,9 +43,10 @@ async def replay_work(cfg: RunConfig, transport: Transport, clock: Clock, sink: 
     elif w.rate is not None:
         offsets = [int(x) for x in arrival_offsets_ns(rate=w.rate, arrival="poisson", burstiness=1.0,
                                                         n=len(units), duration_s=None, seed=cfg.seed)]
+    first_id, id_step = shard_ids(sink)
     opts = ReplayOptions(api=cfg.target.api, stream=cfg.target.stream, extra_body=dict(cfg.target.extra_body),
                          ignore_eos=w.ignore_eos, seed=cfg.seed, block_tokens=trace.block_tokens,
-                         profile=f"replay:{trace.format}")
+                         profile=f"replay:{trace.format}", id_start=first_id, id_step=id_step)
     player = ReplayPlayer(units, sub_agents(trace), opts, transport, clock, sink)
     speed = float(trace.metadata.get("retime", {}).get("speed", 1.0)) if trace.timed else None
 
@@ -64,3 +67,16 @@ def trace_replay_summary(trace: Trace, issued: Sequence[Unit], requests: Any, *,
     return replay_summary(requests, trace_offsets_ns=[o for u in issued for o in u.offsets_ns],
                           timed=trace.timed, format=trace.format, source=trace.source,
                           trace_prefix_reuse=None if reuse is None else reuse["fraction"], speed=speed)
+
+
+def replay_run_summary(cfg: RunConfig, facts: dict[str, Any], records: RunRecords, outcome: RunOutcome
+                       ) -> dict[str, Any]:
+    """The replay section computed where the Work is not at hand (a run sharded over processes): the trace
+    is shaped again from the config (deterministic for the seed). With W shards the issued units are the
+    first ``issued`` of the schedule, which every shard's share approximates."""
+    w = cfg.workload
+    assert isinstance(w, ReplayWorkloadConfig)
+    trace = prepare_trace(w, cfg.seed)
+    units = replay_units(trace)
+    speed = float(trace.metadata.get("retime", {}).get("speed", 1.0)) if trace.timed else None
+    return {"replay": trace_replay_summary(trace, units[: outcome.issued], records.requests, speed=speed)}

@@ -1,39 +1,136 @@
-"""One run end to end: open the target, build the work, run it, journal, summarize, write, report."""
+"""One run end to end, as a shardable unit: :func:`plan_run` (validate, run dir, manifest, target facts, the
+shard count) -> :func:`~servelab.bench.drive.drive_shard` x W (this process, worker processes, or Ray)
+-> :func:`~servelab.bench.finish.finish_run` (merge journals into Parquet, summarise from Parquet, report).
+:func:`execute` is the one-call wrapper; with one worker it is the plain in-process run.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import gc
-import signal
-from dataclasses import dataclass, field
+import socket
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from servelab.analysis.live import LiveStats
-from servelab.analysis.summary import build_summary
-from servelab.analysis.telemetry import summarize_telemetry, token_agreement
-from servelab.bench.plan import plan_for
-from servelab.bench.targets import make_clock, make_transport, validate_target
-from servelab.bench.telemetry import RunTelemetry
-from servelab.bench.workloads import prepare_work
+from servelab.bench import ending, preflight
+from servelab.bench.drive import drive_shard, target_facts
+from servelab.bench.finish import RunResult, finish_run
+from servelab.bench.shard import RunSpec, ShardOutcome
+from servelab.bench.targets import make_probe, validate_target
+from servelab.clock import WallClock
 from servelab.config.models import RunConfig
-from servelab.errors import TargetError
-from servelab.load.runner import Runner, RunOutcome
-from servelab.records.journal import Journal
+from servelab.load.control import ShardControl
 from servelab.records.manifest import build_manifest, redact, utc_now_iso
-from servelab.records.rundir import create_run_dir, write_json, write_parquet_from_journal
-from servelab.records.sink import RecordSink
+from servelab.records.rundir import create_run_dir, write_json
+
+__all__ = ["Executor", "RunResult", "RunSpec", "execute", "plan_run"]
 
 
-@dataclass
-class RunResult:
-    run_dir: Path
-    summary: dict[str, Any]
-    outcome: RunOutcome
-    config: RunConfig
-    report_path: Path | None = None
-    warnings: list[str] = field(default_factory=list)
+@dataclass(frozen=True)
+class Executor:
+    """Where the shards run: ``workers`` processes on this host, or Ray (``ray_address`` "" = a local
+    cluster, else an existing one, e.g. "auto" or "ray://head:10001")."""
+
+    workers: int = 1
+    ray_address: str | None = None
+
+    @property
+    def kind(self) -> str:
+        if self.ray_address is not None:
+            return "ray"
+        return "processes" if self.workers > 1 else "local"
+
+
+def _workers_for(cfg: RunConfig, ex: Executor) -> tuple[int, str | None]:
+    """(shards, why fewer than asked). The simulator runs on virtual time: one deterministic process."""
+    w = ex.workers
+    if cfg.target.is_sim and (w > 1 or ex.ray_address is not None):
+        return 1, ("the in-process simulator runs on virtual time, one deterministic event loop, so it is not "
+                   "sharded (to load it from several workers, serve it: servelab sim serve)")
+    c, n = cfg.load.concurrency, (cfg.limits.sessions if cfg.is_agent else cfg.limits.requests)
+    if cfg.load.rate is None and c is not None and c < w:
+        return c, f"{w} workers asked but only {c} concurrent users: {c} workers"
+    if n is not None and n < w:
+        return max(1, n), f"{w} workers asked but only {n} jobs: {max(1, n)} workers"
+    return w, None
+
+
+def plan_run(cfg: RunConfig, *, argv: list[str] | None = None, run_dir: Path | None = None,
+             manifest_extra: dict[str, Any] | None = None, executor: Executor | None = None
+             ) -> tuple[RunSpec, dict[str, Any], list[str]]:
+    """Validate, create the run directory and manifest, describe the target (W > 1) and cut the shards.
+    Returns (spec, manifest, warnings). Raises ServelabError on bad input."""
+    ex = executor or Executor()
+    validate_target(cfg.target)
+    preflight.before_start(cfg, new_run_dir=run_dir is None)
+    workers, why = _workers_for(cfg, ex)
+    facts = _describe(cfg) if workers > 1 or ex.ray_address is not None else None
+    run_dir = run_dir or create_run_dir(cfg.out, cfg.name)
+    started_at = utc_now_iso()
+    manifest = build_manifest(config=cfg.model_dump(mode="json"), argv=argv or [], target={}, seed=cfg.seed,
+                              started_at=started_at, extra=manifest_extra)
+    if facts is not None:
+        manifest["target"] = redact(facts)
+    write_json(run_dir / "manifest.json", manifest)
+    kind = "local" if workers == 1 and ex.ray_address is None else ex.kind
+    spec = RunSpec(config=cfg, run_dir=run_dir, workers=workers, executor=kind,
+                   coordinator_host=socket.gethostname(), target_facts=facts, started_at=started_at,
+                   argv=tuple(argv or ()))
+    return spec, manifest, [why] if why else []
+
+
+def _describe(cfg: RunConfig) -> dict[str, Any]:
+    """The coordinator describes the target once (a short-lived client), so shards need not."""
+    clock = WallClock()
+
+    async def main() -> dict[str, Any]:
+        probe = make_probe(cfg.target, clock)
+        try:
+            facts = await probe.describe()
+        finally:
+            await probe.aclose()
+        preflight.preflight(cfg, facts)
+        return target_facts(cfg, facts)
+
+    return clock.run(main)
+
+
+class _LocalControl(ShardControl):
+    """One shard in this process: the manifest learns the target as soon as the shard has described it."""
+
+    def __init__(self, live: LiveStats, spec: RunSpec, manifest: dict[str, Any]) -> None:
+        super().__init__(live)
+        self.spec, self.manifest = spec, manifest
+
+    def described(self, target_facts: dict[str, Any]) -> None:
+        self.manifest["target"] = redact(target_facts)
+        write_json(self.spec.run_dir / "manifest.json", self.manifest)
+
+
+def _failed(shard: int, error: str, exitcode: int | None) -> ShardOutcome:
+    return ShardOutcome(shard=shard, host="?", error=error, exitcode=exitcode)
+
+
+def _drive_all(spec: RunSpec, ex: Executor, live: LiveStats, manifest: dict[str, Any]) -> list[ShardOutcome]:
+    if spec.executor == "local":
+        return [drive_shard(spec, 0, _LocalControl(live, spec, manifest))]
+
+    def on_report(_shard: int, snap: dict[str, Any]) -> None:
+        live.merge(LiveStats.from_snapshot(snap))
+
+    from servelab.load import executors
+
+    if spec.executor == "ray":
+        outs = executors.run_ray(drive_shard, spec, spec.workers, failed=_failed, address=ex.ray_address or None,
+                                 on_report=on_report)
+    else:
+        outs = executors.run_processes(drive_shard, spec, spec.workers, failed=_failed, on_report=on_report)
+    for o in outs:
+        if o.host == "?":
+            o.host = spec.coordinator_host if spec.executor == "processes" else "unknown"
+    return outs
 
 
 def execute(
@@ -44,128 +141,31 @@ def execute(
     report: bool = True,
     run_dir: Path | None = None,
     manifest_extra: dict[str, Any] | None = None,
+    executor: Executor | None = None,
 ) -> RunResult:
     """Run ``cfg`` and write its run directory; returns the summary. Raises ServelabError on bad input."""
-    validate_target(cfg.target)
-    run_dir = run_dir or create_run_dir(cfg.out, cfg.name)
-    clock = make_clock(cfg.target)
+    ex = executor or Executor()
+    created = run_dir is None
+    spec, manifest, warnings = plan_run(cfg, argv=argv, run_dir=run_dir, manifest_extra=manifest_extra, executor=ex)
     live = LiveStats(cfg.load.mode)
-    journal = Journal(run_dir)
-    sink = RecordSink(journal, on_request=live.update)
-    started_at = utc_now_iso()
-    config_dict = cfg.model_dump(mode="json")
-
-    def manifest_for(target: dict[str, Any]) -> dict[str, Any]:
-        return build_manifest(config=config_dict, argv=argv or [], target=target, seed=cfg.seed,
-                              started_at=started_at, extra=manifest_extra)
-
-    manifest = manifest_for({})
-    write_json(run_dir / "manifest.json", manifest)
-    state: dict[str, Any] = {}
-
-    async def main() -> RunOutcome:
-        transport = make_transport(cfg.target, clock, concurrency=_pool_size(cfg), seed=cfg.seed)
+    with _progress_display(progress, live):
         try:
-            facts = await transport.describe()
-            manifest["target"] = redact(_target_facts(cfg, facts))
-            write_json(run_dir / "manifest.json", manifest)
-            work = await prepare_work(cfg, transport, clock, sink)
-            state["work"] = work
-            runner = Runner(clock, plan_for(cfg, work.count_hint, work.offsets_ns, work.extra_drain_s))
-            telemetry = state["telemetry"] = RunTelemetry(cfg, transport, clock)
-            loop = asyncio.get_running_loop()
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.add_signal_handler(signal.SIGINT, runner.request_stop)
-            await telemetry.start()
-            # Everything set up so far lives for the whole run: keep the collector from re-walking it,
-            # so full collections do not stall the measurement.
-            gc.collect()
-            gc.freeze()
-            try:
-                return await runner.run(work.job)
-            finally:
-                gc.unfreeze()  # a sweep runs many points in one process: let them be collected again
-                await telemetry.stop()
-                with contextlib.suppress(Exception):
-                    loop.remove_signal_handler(signal.SIGINT)
-        finally:
-            await transport.aclose()
-
-    with _progress_display(progress, live, clock):
-        try:
-            outcome = clock.run(main)
-        finally:
-            journal.close()
-    return _finish(cfg, run_dir, sink, outcome, manifest, state, report, clock.virtual)
-
-
-def _finish(cfg: RunConfig, run_dir: Path, sink: RecordSink, outcome: RunOutcome, manifest: dict[str, Any],
-            state: dict[str, Any], report: bool, virtual: bool) -> RunResult:
-    write_parquet_from_journal(run_dir)
-    extra: dict[str, Any] = {
-        "stopped_by": outcome.stopped_by,
-        "cancelled_in_flight": outcome.cancelled_in_flight,
-        "loop_lag_p99_ms": outcome.loop_lag_p99_ms,
-        "requests_issued": None if cfg.is_agent else outcome.issued,
-    }
-    work = state.get("work")
-    open_schedule = work is not None and work.offsets_ns is not None
-    summary = build_summary(sink.requests, cfg, started_ns=outcome.started_ns, ended_ns=outcome.ended_ns,
-                            extra=extra, mode="open" if open_schedule else None)
-    if work is not None and work.summarize is not None:
-        summary.update(work.summarize(sink, outcome))
-    telemetry = state.get("telemetry")
-    if telemetry is not None:
-        telemetry.write(run_dir)
-        server = summarize_telemetry(telemetry.rows.columns(), telemetry.engine)
-        if server.get("available"):
-            tokens = summary.get("tokens", {})
-            server["token_agreement"] = token_agreement(server, tokens.get("output") or 0, tokens.get("input") or 0)
-        server["scrape_errors"] = telemetry.rows.errors[:5]
-        summary["server"] = server
-        if telemetry.engine and not manifest.get("target", {}).get("engine"):
-            manifest.setdefault("target", {})["engine"] = telemetry.engine
-    write_json(run_dir / "summary.json", summary)
-    manifest["ended_at"] = utc_now_iso()
-    manifest["clock"] = {"kind": "virtual" if virtual else "monotonic",
-                         "started_ns": outcome.started_ns, "ended_ns": outcome.ended_ns}
-    write_json(run_dir / "manifest.json", manifest)
-    result = RunResult(run_dir, summary, outcome, cfg)
-    if report:
-        result.report_path = _write_report(run_dir, result)
+            shards = _drive_all(spec, ex, live, manifest)
+        except BaseException:
+            if created:  # a start that failed (bad input found late, Ctrl-C before any request) leaves nothing
+                preflight.discard_failed_start(spec.run_dir)
+            raise
+    with ending.finishing() as ctrl_c:  # a Ctrl-C now must not lose what was measured
+        result = finish_run(spec, shards, manifest, report=report,
+                            coord_mono_minus_wall=time.monotonic_ns() - time.time_ns())
+    if ctrl_c:
+        result.outcome.stopped_by = "interrupt"
+    result.warnings[:0] = warnings
     return result
 
 
-def _write_report(run_dir: Path, result: RunResult) -> Path | None:
-    from servelab.report.html import write_run_report
-
-    try:
-        return write_run_report(run_dir)
-    except Exception as e:  # noqa: BLE001 - a report failure must not lose the measured run
-        result.warnings.append(f"report not written: {type(e).__name__}: {e}")
-        return None
-
-
-def _pool_size(cfg: RunConfig) -> int:
-    if cfg.load.concurrency is not None:
-        return cfg.load.concurrency
-    return 256
-
-
-def _target_facts(cfg: RunConfig, facts: dict[str, Any]) -> dict[str, Any]:
-    if facts.get("error") and not cfg.target.is_sim and not facts.get("models"):
-        raise TargetError(
-            f"cannot reach the target {cfg.target.url}: {facts['error']}",
-            hint="check that the server is running and the URL ends with /v1 (e.g. http://127.0.0.1:8000/v1)",
-        )
-    out = dict(facts)
-    out.setdefault("url", cfg.target.url)
-    out.setdefault("api", cfg.target.api)
-    return out
-
-
 @contextlib.contextmanager
-def _progress_display(enabled: bool, live: LiveStats, clock: Any):
+def _progress_display(enabled: bool, live: LiveStats):
     if not enabled:
         yield
         return

@@ -6,7 +6,7 @@ from typing import Any
 
 from servelab.analysis.agents import agent_summary
 from servelab.analysis.cost import cost_summary
-from servelab.bench.work import RunRecords, Work
+from servelab.bench.work import RunRecords, Work, shard_ids
 from servelab.clock import NS_PER_S, Clock
 from servelab.config.agent import SessionConfig
 from servelab.config.models import RunConfig
@@ -14,6 +14,7 @@ from servelab.load.runner import RunOutcome
 from servelab.load.session import RequestIds, run_session
 from servelab.records.sink import RecordSink
 from servelab.transport.base import Transport
+from servelab.transport.probe import TargetProbe
 from servelab.workload.agent import build_plan, synth_text_source
 from servelab.workload.profiles import load_profile
 from servelab.workload.tokens import resolve_counter
@@ -28,11 +29,12 @@ def session_spec(cfg: RunConfig) -> tuple[SessionConfig, str]:
     return w.session, w.session.name  # type: ignore[union-attr]
 
 
-async def sessions_work(cfg: RunConfig, transport: Transport, clock: Clock, sink: RecordSink) -> Work:
+async def sessions_work(cfg: RunConfig, transport: Transport, clock: Clock, sink: RecordSink,
+                        probe: TargetProbe | None = None) -> Work:
     spec, name = session_spec(cfg)
-    counter = await resolve_counter(transport.count_tokens, cfg.target.tokenizer)
+    counter = await resolve_counter(probe.count_tokens if probe is not None else None, cfg.target.tokenizer)
     texts = await synth_text_source(counter, cfg.seed)
-    ids = RequestIds()
+    ids = RequestIds(*shard_ids(sink))
     target = cfg.target
 
     async def job(index: int, intended_ns: int, warmup: bool) -> None:
@@ -42,12 +44,18 @@ async def sessions_work(cfg: RunConfig, transport: Transport, clock: Clock, sink
                           extra_body=dict(target.extra_body))
 
     def summarize(records: RunRecords, outcome: RunOutcome) -> dict[str, Any]:
-        sessions = records.sessions if records.sessions is not None else []  # warm-up ones are left out
-        duration_s = (outcome.ended_ns - outcome.started_ns) / NS_PER_S
-        out: dict[str, Any] = {"profile": name}
-        out.update(agent_summary(sessions, duration_s=duration_s, percentiles=cfg.percentiles))
-        if cfg.cost is not None:
-            out["cost"] = cost_summary(cfg.cost, sessions, duration_s=duration_s)
-        return out
+        return sessions_summary(cfg, {"profile": name}, records, outcome)
 
     return Work(job, summarize=summarize, facts={"profile": name, "token_source": counter.source})
+
+
+def sessions_summary(cfg: RunConfig, facts: dict[str, Any], records: RunRecords, outcome: RunOutcome
+                     ) -> dict[str, Any]:
+    """The agent part of the summary (warm-up sessions are left out)."""
+    sessions = records.sessions if records.sessions is not None else []
+    duration_s = (outcome.ended_ns - outcome.started_ns) / NS_PER_S
+    out: dict[str, Any] = {"profile": facts.get("profile") or session_spec(cfg)[1]}
+    out.update(agent_summary(sessions, duration_s=duration_s, percentiles=cfg.percentiles))
+    if cfg.cost is not None:
+        out["cost"] = cost_summary(cfg.cost, sessions, duration_s=duration_s)
+    return out

@@ -37,3 +37,8 @@ class Work:
     facts: dict[str, Any] = field(default_factory=dict)
     offsets_ns: Sequence[int] | None = None  # an open-loop schedule of its own (a trace replay)
     extra_drain_s: float = 0.0  # how long a job may legitimately run after it starts (a replayed session)
+
+
+def shard_ids(sink: Any) -> tuple[int, int]:
+    """(first request id, step) of the shard ``sink`` records: ids stay unique across a run's shards."""
+    return int(getattr(sink, "worker", 0)), int(getattr(sink, "workers", 1))

@@ -37,6 +37,8 @@ class ReplayOptions:
     seed: int = 0
     block_tokens: int | None = None
     profile: str = "replay"
+    id_start: int = 0  # this shard's first request id and the step between ids (unique across shards)
+    id_step: int = 1
 
 
 class ReplayPlayer:
@@ -49,8 +51,9 @@ class ReplayPlayer:
         self.ignore_eos, self.seed, self.block = opts.ignore_eos, opts.seed, opts.block_tokens
         self.profile = opts.profile
         self.children = children
-        self.ids = RequestIds()
-        self.sids = itertools.count(len(units))  # sub-agents get session ids after the roots'
+        self.ids = RequestIds(opts.id_start, opts.id_step)
+        # sub-agents get session ids after the roots', interleaved across shards
+        self.sids = itertools.count(len(units) + opts.id_start, opts.id_step)
 
     async def job(self, index: int, intended_ns: int, warmup: bool) -> None:
         u = self.units[index]

@@ -34,16 +34,19 @@ _TIME_FIELD = {"tool": "tool_ns", "retrieval": "retrieval_ns", "code": "code_ns"
 
 
 class RequestIds:
-    """A shared counter of request ids (one per run; every attempt takes the next)."""
+    """A shared counter of request ids (one per run shard; every attempt takes the next).
 
-    __slots__ = ("_n",)
+    Shard ``w`` of ``W`` counts ``w, w + W, w + 2W...``, so ids stay unique across the shards of a run."""
 
-    def __init__(self, start: int = 0) -> None:
+    __slots__ = ("_n", "_step")
+
+    def __init__(self, start: int = 0, step: int = 1) -> None:
         self._n = start
+        self._step = step
 
     def next(self) -> int:
         n = self._n
-        self._n = n + 1
+        self._n = n + self._step
         return n
 
 

@@ -18,15 +18,40 @@ from servelab.records.schema import RequestRecord, SessionRecord, record_to_row,
 
 REQUESTS_JOURNAL = "requests.journal.jsonl"
 SESSIONS_JOURNAL = "sessions.journal.jsonl"
+ISSUED_JOURNAL = "issued.journal.txt"  # one job index per line, written as each job starts (W > 1)
+
+
+def shard_name(name: str, shard: int) -> str:
+    """The journal file of run shard ``shard``: shard 0 keeps the plain name (a one-shard run is unchanged),
+    shard w > 0 adds ``.w{w}`` before the extension (``requests.journal.w1.jsonl``)."""
+    if shard == 0:
+        return name
+    stem, dot, ext = name.rpartition(".")
+    return f"{stem}.w{shard}{dot}{ext}"
+
+
+def journal_paths(run_dir: Path, name: str) -> list[Path]:
+    """Every shard's journal ``name`` in ``run_dir``, shard 0 first then by shard number."""
+    stem, dot, ext = name.rpartition(".")
+    found = []
+    for p in Path(run_dir).glob(f"{stem}*{dot}{ext}"):
+        tag = p.name[len(stem):len(p.name) - len(dot + ext)]
+        if tag == "":
+            found.append((0, p))
+        elif tag.startswith(".w") and tag[2:].isdigit():
+            found.append((int(tag[2:]), p))
+    return [p for _, p in sorted(found)]
 
 
 class Journal:
-    """Line-delimited JSON journal of request and session records in a run directory."""
+    """Line-delimited JSON journal of request and session records in a run directory (one per run shard)."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, shard: int = 0) -> None:
         self.run_dir = Path(run_dir)
-        self._req = open(self.run_dir / REQUESTS_JOURNAL, "ab", buffering=0)  # noqa: SIM115 - long-lived
+        self.shard = shard
+        self._req = open(self.run_dir / shard_name(REQUESTS_JOURNAL, shard), "ab", buffering=0)  # noqa: SIM115
         self._ses: Any = None
+        self._issued: Any = None
         self.requests_written = 0
         self.sessions_written = 0
 
@@ -41,14 +66,22 @@ class Journal:
 
     def write_session(self, s: SessionRecord) -> None:
         if self._ses is None:
-            self._ses = open(self.run_dir / SESSIONS_JOURNAL, "ab", buffering=0)  # noqa: SIM115
+            self._ses = open(self.run_dir / shard_name(SESSIONS_JOURNAL, self.shard), "ab", buffering=0)  # noqa: SIM115
         self._ses.write(orjson.dumps(session_to_row(s)) + b"\n")
         self.sessions_written += 1
+
+    def write_issued(self, index: int) -> None:
+        """Note that job ``index`` started: if this shard's process dies, what it had in flight is known."""
+        if self._issued is None:
+            self._issued = open(self.run_dir / shard_name(ISSUED_JOURNAL, self.shard), "ab", buffering=0)  # noqa: SIM115
+        self._issued.write(b"%d\n" % index)
 
     def close(self) -> None:
         self._req.close()
         if self._ses is not None:
             self._ses.close()
+        if self._issued is not None:
+            self._issued.close()
 
     def __enter__(self) -> Journal:
         return self

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the worker column (the run shard that sent the request / ran the session)
 
 # Request statuses. Every attempt ends in exactly one.
 OK = "ok"
@@ -31,6 +31,7 @@ class RequestRecord:
     session_id: int = -1
     turn: int = 0
     attempt: int = 0
+    worker: int = 0  # the run shard (worker process or Ray task) that sent it
     warmup: bool = False
     status: str = CANCELLED
     http_status: int | None = None
@@ -93,6 +94,7 @@ class SessionRecord:
 
     session_id: int
     profile: str = ""
+    worker: int = 0  # the run shard that ran it
     status: str = CANCELLED  # ok | failed | timed_out | cancelled
     accepted: bool | None = None
     start_ns: int = 0

@@ -1,4 +1,5 @@
-"""Where finished records go: the journal on disk first, then memory and the live statistics."""
+"""Where finished records go: the journal on disk first, then the live statistics. Nothing is kept in
+memory: figures are computed afterwards from the Parquet files the journals become."""
 
 from __future__ import annotations
 
@@ -9,18 +10,25 @@ from servelab.records.schema import RequestRecord, SessionRecord
 
 
 class RecordSink:
-    def __init__(self, journal: Journal, on_request: Callable[[RequestRecord], None] | None = None) -> None:
+    """The records of one run shard (``worker`` of ``workers``): each is stamped with its shard, journaled,
+    and passed to ``on_request`` (the live statistics)."""
+
+    def __init__(self, journal: Journal, on_request: Callable[[RequestRecord], None] | None = None, *,
+                 worker: int = 0, workers: int = 1) -> None:
         self.journal = journal
-        self.requests: list[RequestRecord] = []
-        self.sessions: list[SessionRecord] = []
+        self.worker, self.workers = worker, workers
+        self.requests_written = 0
+        self.sessions_written = 0
         self._on_request = on_request
 
     def request(self, r: RequestRecord) -> None:
+        r.worker = self.worker
         self.journal.write_request(r)
-        self.requests.append(r)
+        self.requests_written += 1
         if self._on_request is not None:
             self._on_request(r)
 
     def session(self, s: SessionRecord) -> None:
+        s.worker = self.worker
         self.journal.write_session(s)
-        self.sessions.append(s)
+        self.sessions_written += 1
