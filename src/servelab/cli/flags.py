@@ -34,3 +34,23 @@ Name = Annotated[str | None, typer.Option(help="Run name (part of the directory 
 ConfigFile = Annotated[str | None, typer.Option("--config", help="YAML config file.")]
 JsonOut = Annotated[bool, typer.Option("--json", help="Print the JSON result instead of the table.")]
 Report = Annotated[bool, typer.Option("--report/--no-report", help="Write report.html.")]
+Workers = Annotated[str | None, typer.Option(help="Worker processes that drive the load together: N, or auto "
+                                             "(one per core). Default 1 (this process). With --ray: Ray shards.")]
+Ray = Annotated[str | None, typer.Option("--ray", help="Run on Ray: --ray starts a local Ray cluster, --ray "
+                                         "ADDRESS joins one (auto, or ray://HEAD:10001).")]
+Parallel = Annotated[int | None, typer.Option(help="Sweep points run at once, each in its own worker process "
+                                              "(default 1). Real servers: use {port}/{gpus} in --server-cmd.")]
+
+# Options whose value may be left out: a bare flag means this value (click cannot say so through typer).
+OPTIONAL_VALUES = {"--ray": "local"}
+
+
+def fill_optional_values(args: list[str]) -> list[str]:
+    """``--ray`` given bare (last, or before another option) becomes ``--ray local``."""
+    out: list[str] = []
+    for i, a in enumerate(args):
+        out.append(a)
+        if a in OPTIONAL_VALUES and (i + 1 == len(args) or args[i + 1].startswith("-")):
+            out.append(OPTIONAL_VALUES[a])
+    return out
+

@@ -60,7 +60,9 @@ except KeyboardInterrupt:  # pragma: no cover - timing dependent
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
+    from servelab.cli.flags import fill_optional_values
+
+    args = fill_optional_values(list(sys.argv[1:] if argv is None else argv))
     saved_argv = sys.argv
     sys.argv = ["servelab", *args]  # commands record sys.argv in the manifest: the one given here
     try:

@@ -52,12 +52,16 @@ def run(
     config: flags.ConfigFile = None,
     json_out: flags.JsonOut = False,
     report: flags.Report = True,
+    workers: flags.Workers = None,
+    ray: flags.Ray = None,
 ) -> None:
     """Run one benchmark and print its summary."""
     from servelab.bench.run import execute
     from servelab.cli.present import finish_run
+    from servelab.cli.scale import executor_from_flags
 
-    given = dict(locals())
+    given = {k: v for k, v in locals().items() if k not in ("workers", "ray")}
     cfg = build_run_config(config, given)
-    result = execute(cfg, argv=["servelab", *sys.argv[1:]], progress=not json_out, report=report)
+    result = execute(cfg, argv=["servelab", *sys.argv[1:]], progress=not json_out, report=report,
+                     executor=executor_from_flags(workers, ray))
     finish_run(result, json_out=json_out)
