@@ -17,7 +17,8 @@ from aiohttp import web
 from servelab.clock import WallClock
 from servelab.config.models import TargetConfig, TimeoutsConfig
 from servelab.transport.base import ModelRequest
-from servelab.transport.http import HttpTransport
+from servelab.transport.http import HttpTransport, probe_options
+from servelab.transport.probe import HttpProbe
 from tests.loopback import serve_app
 
 MS = 1_000_000
@@ -297,7 +298,9 @@ async def test_completions_api_and_request_body(server, monkeypatch):
         rec = await t.send(ModelRequest(request_id=5, api="completions", prompt="one two", max_tokens=3,
                                         ignore_eos=True, stop=["\n"]))
         chat = await t.send(_req({"tokens": 1}, rid=6))
-        facts = await t.describe()
+        probe = HttpProbe(probe_options(t.target), t.clock)
+        facts = await probe.describe()
+        await probe.aclose()
     finally:
         await t.aclose()
     assert rec.status == "ok" and rec.output_text == "w0w1w2" and rec.finish_reason == "stop"
@@ -312,17 +315,19 @@ async def test_completions_api_and_request_body(server, monkeypatch):
 
 async def test_describe_tokenize_and_model_resolution(server):
     t = _transport(server, model=None)
+    probe = HttpProbe(probe_options(t.target), t.clock)
     try:
-        facts = await t.describe()
-        n = await t.count_tokens("a b c d")
-        again = await t.count_tokens("a b")
-        rec = await t.send(_req({"tokens": 1}))
+        facts = await probe.describe()
+        n = await probe.count_tokens("a b c d")
+        again = await probe.count_tokens("a b")
+        rec = await t.send(_req({"tokens": 1}))  # the transport asks its probe for the model
     finally:
+        await probe.aclose()
         await t.aclose()
     assert facts["engine"] == "vllm" and facts["version"] == "0.9.9"
     assert facts["models"] == ["scripted-model"] and facts["server_header"] == "uvicorn"
     assert facts["max_model_len"] == {"scripted-model": 4096}
-    assert n == 4 and again == 2 and t._tokenize_style == "llamacpp"
+    assert n == 4 and again == 2 and probe._tokenize_style == "llamacpp"
     assert rec.status == "ok" and server.bodies[-1]["model"] == "scripted-model"
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from servelab.accuracy.dataset import Item
 from servelab.accuracy.matchers import match
 from servelab.accuracy.stats import DEFAULT_CONFIDENCE, proportion
-from servelab.bench.targets import make_clock, make_transport, validate_target
+from servelab.bench.targets import make_clock, make_probe, make_transport, validate_target
 from servelab.clock import Clock
 from servelab.config.models import TargetConfig
 from servelab.errors import ConfigError
@@ -113,12 +113,14 @@ def accuracy_for_target(target: TargetConfig, items: Sequence[Item], *, concurre
 
     async def main() -> tuple[dict[str, Any], list[ItemResult]]:
         transport = make_transport(target, clock, concurrency=concurrency, seed=seed)
+        probe = make_probe(target, clock, transport)
         try:
-            facts = await transport.describe()
+            facts = await probe.describe()
             results = await run_items(transport, items, clock=clock, api=target.api, concurrency=concurrency,
                                       max_tokens=max_tokens, system_prompt=system_prompt)
             return facts, results
         finally:
+            await probe.aclose()
             await transport.aclose()
 
     facts, results = clock.run(main)

@@ -26,19 +26,21 @@ from servelab.records.schema import CANCELLED
 _TARGET_KEYS: dict[str, tuple[str, tuple[str, ...]]] = {
     "model": ("model checkpoint", ("model", "served_model", "model_name", "model_path")),
     "tokenizer": ("tokenizer", ("tokenizer", "tokenizer_name")),
-    "quantization": ("quantization / dtype", ("quantization", "dtype", "weight_dtype", "precision", "kv_cache_dtype")),
+    "quantization": ("quantization / dtype", ("quantization", "dtype", "weight_dtype", "precision", "kv_cache_dtype",
+                                             "cache_dtype")),
     "engine": ("engine and version", ("engine", "version", "engine_version")),
     "gpu": ("GPU", ("gpu", "hardware", "accelerator", "gpu_name", "chip")),
     "driver": ("driver", ("driver", "driver_version")),
     "cuda": ("CUDA / runtime", ("cuda", "cuda_version", "rocm_version", "runtime_version")),
     "parallelism": ("parallelism", ("nodes", "count", "gpus", "num_gpus", "gpus_per_node", "tensor_parallel_size",
-                                    "tp", "pipeline_parallel_size", "pp", "expert_parallel_size", "ep",
-                                    "enable_expert_parallel", "data_parallel_size", "dp")),
-    "context_limit": ("context limit", ("max_model_len", "context_length", "max_context_len", "ctx_size")),
+                                    "tp", "tp_size", "pipeline_parallel_size", "pp", "pp_size", "expert_parallel_size",
+                                    "ep", "ep_size", "enable_expert_parallel", "data_parallel_size", "dp", "dp_size")),
+    "context_limit": ("context limit", ("max_model_len", "context_length", "max_context_len", "ctx_size", "n_ctx")),
     "output_limit": ("output limit", ("max_output_tokens", "max_new_tokens", "n_predict", "max_tokens")),
     "batch_policy": ("batch policy", ("max_num_seqs", "max_num_batched_tokens", "max_batch_size",
                                       "max_running_requests", "max_num_tokens", "enable_chunked_prefill",
-                                      "chunked_prefill", "scheduling_policy")),
+                                      "chunked_prefill", "chunked_prefill_size", "scheduling_policy",
+                                      "total_slots", "n_parallel", "parallel")),
     "prefix_caching": ("prefix caching", ("enable_prefix_caching", "prefix_caching", "disable_radix_cache")),
     "speculative": ("speculative decoding", ("speculative_config", "speculative_model", "num_speculative_tokens",
                                              "speculative_algorithm", "draft_model", "speculative")),
@@ -116,6 +118,10 @@ def _dig(d: Any, *path: str) -> Any:
 def manifest_facts(manifest: Mapping[str, Any]) -> dict[str, str | None]:
     """The value of every comparison dimension in one manifest (None: not recorded)."""
     flat = _flatten(manifest.get("target") or {})
+    # A sweep records the command line that started each point's server beside the target's own facts.
+    command = _dig(manifest, "server", "command_line")
+    if command:
+        _flatten({"server_flags": command}, flat)
     facts: dict[str, str | None] = {}
     for dim, (_, keys) in _TARGET_KEYS.items():
         found = {k: flat[k] for k in keys if k in flat and flat[k] is not None}

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from servelab.clock import Clock, VirtualClock, WallClock
 from servelab.config.models import TargetConfig
 from servelab.transport.base import Transport
+from servelab.transport.probe import TargetProbe
 
 
 @dataclass
@@ -30,6 +31,21 @@ def make_transport(target: TargetConfig, clock: Clock, *, concurrency: int, seed
     from servelab.transport.http import HttpTransport
 
     return HttpTransport(target, clock, concurrency=concurrency)
+
+
+def make_probe(target: TargetConfig, clock: Clock, transport: Transport | None = None) -> TargetProbe:
+    """The probe of ``target`` (facts, token counts, the model to ask for), apart from the data path. For
+    the simulator it reads the transport's deployment when given (one engine, one set of facts)."""
+    if target.is_sim:
+        from servelab.sim.target import parse_sim_target
+        from servelab.transport.sim_probe import SimProbe
+
+        deployment = getattr(transport, "deployment", None) or parse_sim_target(target.url)
+        return SimProbe(deployment)
+    from servelab.transport.http import probe_options
+    from servelab.transport.probe import HttpProbe
+
+    return HttpProbe(probe_options(target), clock)
 
 
 def validate_target(target: TargetConfig) -> None:

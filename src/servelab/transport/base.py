@@ -51,16 +51,11 @@ def new_record(req: ModelRequest) -> RequestRecord:
 
 
 class Transport(Protocol):
-    """One model request in, a timed response out."""
+    """One model request in, a timed response out: the data path only. What a target is and how it counts
+    tokens is asked of its :class:`~servelab.transport.probe.TargetProbe`."""
 
     async def send(self, req: ModelRequest) -> RequestRecord:
         """Send ``req`` and return its record (never raises for server faults)."""
-
-    async def count_tokens(self, text: str) -> int | None:
-        """Tokens in ``text`` as the target counts them, or None when the target cannot say."""
-
-    async def describe(self) -> dict[str, Any]:
-        """Facts about the target: engine, version, served models, server flags, hardware."""
 
     async def aclose(self) -> None:
         """Release connections and background tasks."""

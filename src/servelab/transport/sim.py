@@ -7,11 +7,9 @@ Works on a ``VirtualClock`` (an hour of traffic in seconds, deterministic from t
 from __future__ import annotations
 
 import itertools
-from typing import Any
 
 import orjson
 
-import servelab
 from servelab.clock import Clock
 from servelab.records.schema import OK, RequestRecord
 from servelab.sim.api import SimRequest
@@ -19,7 +17,7 @@ from servelab.sim.deployment import Deployment
 from servelab.sim.engine import Engine
 from servelab.sim.oai import BadRequest, ChunkWriter, error_body, parse_completion
 from servelab.sim.prom import RequestMetrics, render_metrics
-from servelab.sim.tokenizer import count_tokens, filler_text
+from servelab.sim.tokenizer import filler_text
 from servelab.transport._wire import build_body
 from servelab.transport.base import ModelRequest, new_record
 from servelab.transport.mock import Reply, play
@@ -112,14 +110,6 @@ class SimTransport:
     def metrics_text(self) -> str:
         """The engine's Prometheus page (vLLM's names), as ``servelab sim serve`` would answer /metrics."""
         return render_metrics(self.engine.stats(), self.metrics, self.deployment.model.name)
-
-    async def count_tokens(self, text: str) -> int | None:
-        return count_tokens(text)
-
-    async def describe(self) -> dict[str, Any]:
-        d = self.deployment
-        return {"engine": "servelab-sim", "version": servelab.__version__, "models": [d.model.name],
-                "deployment": d.describe(), "hardware": d.hardware.facts(), "model": d.model.facts()}
 
     async def aclose(self) -> None:
         if self._started:

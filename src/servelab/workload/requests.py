@@ -171,6 +171,6 @@ async def build_requests(config: RunConfig, n: int, synth: PromptSynthesizer) ->
 
 async def make_synthesizer(config: RunConfig, count_fn: CountFn | None = None) -> PromptSynthesizer:
     """A synthesizer on the best counter for ``config``: the target's ``count_fn`` (e.g.
-    ``Transport.count_tokens``), else ``target.tokenizer``, else an estimate; seeded by ``config.seed``."""
+    ``TargetProbe.count_tokens``), else ``target.tokenizer``, else an estimate; seeded by ``config.seed``."""
     counter = await resolve_counter(count_fn, config.target.tokenizer)
     return PromptSynthesizer(counter, config.seed)

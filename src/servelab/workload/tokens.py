@@ -3,7 +3,7 @@
 Three sources, tried in this order by :func:`resolve_counter`:
 
 1. ``server``: the target's own tokenizer (``/tokenize``), given as an async callable such as
-   ``Transport.count_tokens``. Exact for that target; one round trip per call, so the synthesizer uses it
+   ``TargetProbe.count_tokens``. Exact for that target; one round trip per call, so the synthesizer uses it
    only to calibrate.
 2. ``local``: a tokenizer the user names (``target.tokenizer``): a ``tokenizer.json`` file, a folder
    holding one, or a model name already in the Hugging Face cache (never downloaded). Needs the optional

@@ -15,7 +15,8 @@ from servelab.clock import WallClock
 from servelab.config.models import TargetConfig
 from servelab.records.schema import OK
 from servelab.transport.base import ModelRequest
-from servelab.transport.http import HttpTransport
+from servelab.transport.http import HttpTransport, probe_options
+from servelab.transport.probe import HttpProbe
 from tests.e2e.real.helpers import agreement, fresh_seed, manifest, raw_counter_delta, run
 
 pytestmark = pytest.mark.llamacpp
@@ -28,7 +29,9 @@ async def test_stream_non_stream_usage_and_tokenize(llamacpp):
         msgs = [{"role": "user", "content": TEXT}]
         recs = [await t.send(ModelRequest(request_id=i, messages=msgs, max_tokens=16, ignore_eos=True, stream=s))
                 for i, s in enumerate((True, False))]
-        n = await t.count_tokens(TEXT)
+        probe = HttpProbe(probe_options(t.target), t.clock)
+        n = await probe.count_tokens(TEXT)
+        await probe.aclose()
         plain = await t.send(ModelRequest(request_id=9, api="completions", prompt=TEXT, max_tokens=4,
                                           ignore_eos=True, stream=False))
     finally:
