@@ -102,16 +102,14 @@ def _request_facts(facts: dict[str, Fact], manifest: Mapping[str, Any], requests
         pre = (c["srv_preempted_ns"][ok] > 0).mean()
         _fact(facts, "preempted_share", float(pre), "", "requests preempted at least once", "requests (srv_*)")
     mode = "open" if _get(manifest, "config", "load", "rate") is not None else "closed"
-    if mode == "open":
-        t = np.sort(c["intended_ns"][live]).astype(np.float64)
-        gaps = np.diff(t)
-        if gaps.size >= 20 and gaps.mean() > 0:
-            _fact(facts, "arrival_cv", float(gaps.std() / gaps.mean()), "", "inter-arrival CV (1 = Poisson)",
-                  "requests")
-    else:
-        think = _get(manifest, "config", "load", "think_time_s") or 0.0
-        _fact(facts, "arrival_cv", 0.0 if think == 0 else None, "",
-              "closed loop without think time: arrivals follow completions", "config")
+    # Measured in both modes, from the requests' intended send times (in a closed loop, arrivals follow
+    # completions: their spread is measured too, never assumed).
+    t = np.sort(c["intended_ns"][live]).astype(np.float64)
+    gaps = np.diff(t)
+    if gaps.size >= 20 and gaps.mean() > 0:
+        label = "inter-arrival CV (1 = Poisson)" if mode == "open" else \
+            "inter-arrival CV in a closed loop (arrivals follow completions)"
+        _fact(facts, "arrival_cv", float(gaps.std() / gaps.mean()), "", label, "requests (intended send times)")
     conc = _get(manifest, "config", "load", "concurrency")
     how = "concurrency"
     if conc is None and ok.sum() >= 2:  # open loop: Little's law, arrival rate x mean time in system

@@ -87,3 +87,15 @@ def test_nothing_measured_is_said_so():
     adv = advise({})
     assert all(a["verdict"] == "not enough evidence" for a in adv)
     assert all(e["source"] == "not measured" for a in adv for e in a["evidence"])
+
+
+def test_closed_loop_arrival_cv_is_measured_not_a_constant():
+    # closed loop, no think time, but arrivals come in bursts (gamma shape 0.25: CV about 2): the old code
+    # presented a constant 0.0 "from config" as evidence
+    gaps = np.random.default_rng(1).gamma(0.25, 400, 300)
+    facts = collect_evidence(_manifest(concurrency=16), requests=_requests(300, gaps_ms=gaps))
+    f = facts["arrival_cv"]
+    assert f["source"] == "requests (intended send times)" and f["value"] > 1.3
+    assert "closed loop" in f["label"]
+    even = collect_evidence(_manifest(concurrency=16), requests=_requests(300))["arrival_cv"]
+    assert even["value"] == 0.0 and even["source"] == "requests (intended send times)"  # 100 ms apart: measured 0
