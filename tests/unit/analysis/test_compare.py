@@ -195,3 +195,16 @@ def test_two_facts_differing_are_unfair_and_must_match_dimensions():
     with pytest.raises(ComparisonError) as e:
         check_fair([a, tiny], must_match=("model",))
     assert "model checkpoint (deepseek-v3 vs sim-tiny)" in str(e.value)
+
+
+def test_a_sweeps_server_command_line_is_a_fact():
+    # A sweep records the command that started each point's server beside the target's facts.
+    a = {"target": {"engine": "vllm", "model": "m"},
+         "server": {"command_line": ["vllm", "serve", "m", "--max-num-seqs", "64", "--dtype", "bfloat16"]}}
+    b = copy.deepcopy(a)
+    b["server"]["command_line"][4], b["server"]["command_line"][6] = "256", "float16"
+    f = manifest_facts(a)
+    assert f["batch_policy"] == "64" and f["quantization"] == "bfloat16"
+    with pytest.raises(ComparisonError) as e:
+        check_fair([a, b])
+    assert "batch policy (64 vs 256)" in str(e.value) and "quantization / dtype (bfloat16 vs float16)" in str(e.value)
