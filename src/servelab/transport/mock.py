@@ -328,8 +328,8 @@ class MockTransport:
 
 
 def words(n: int, word: str = "w") -> list[str]:
-    """``n`` token strings (``"w0 "``, ``"w1 "``...) for scripted streams."""
-    return [f"{word}{i} " for i in range(n)]
+    """``n`` token strings (``"w0"``, ``" w1"``, ``" w2"``...: joined, ``n`` words) for scripted streams."""
+    return [f"{word}{i}" if i == 0 else f" {word}{i}" for i in range(n)]
 
 
 __all__ = ["MockTransport", "Reply", "chat_json", "chat_stream", "chunk", "error", "hang", "play", "reset", "sse",

@@ -16,7 +16,9 @@ from servelab.config.models import ReplayWorkloadConfig, RunConfig
 from servelab.errors import ConfigError
 from servelab.load.runner import Runner
 from servelab.records.schema import CANCELLED, OK, RequestRecord
+from servelab.transport import mock
 from servelab.transport.base import ModelRequest
+from servelab.transport.mock import MockTransport
 from servelab.workload.traces import load_trace
 from servelab.workload.traces.units import prepare_trace, replay_units
 
@@ -36,25 +38,18 @@ class Sink:
         self.sessions.append(s)
 
 
-class Scripted:
-    """A transport twin: every request takes LATENCY_S (or hangs), answers with max_tokens words."""
+def scripted(clock: VirtualClock, hang: bool = False) -> MockTransport:
+    """The in-library twin: every request takes LATENCY_S (or hangs) and streams max_tokens words; the server
+    counts one token per prompt word."""
 
-    def __init__(self, clock: VirtualClock, hang: bool = False) -> None:
-        self.clock, self.hang = clock, hang
-        self.calls: list[tuple[int, ModelRequest]] = []
+    def handler(req: ModelRequest) -> mock.Reply:
+        if hang:
+            return mock.hang()
+        usage = mock.usage_block(len(req.text().split()), req.max_tokens, cached=0)
+        tokens = ["answer"] + [" answer"] * (req.max_tokens - 1)
+        return mock.chat_stream(tokens, ttft_s=LATENCY_S, usage=usage)
 
-    async def send(self, req: ModelRequest) -> RequestRecord:
-        t0 = self.clock.now()
-        self.calls.append((t0, req))
-        await self.clock.sleep(1e6 if self.hang else LATENCY_S)
-        words = len(req.text().split())
-        return RequestRecord(request_id=req.request_id, session_id=req.session_id, turn=req.turn, status=OK,
-                             intended_ns=req.intended_ns, sent_ns=t0, end_ns=self.clock.now(),
-                             usage_prompt_tokens=words, usage_completion_tokens=req.max_tokens,
-                             usage_cached_tokens=0, output_text=" ".join(["answer"] * req.max_tokens))
-
-    async def count_tokens(self, text: str) -> int:
-        return len(text.split())
+    return MockTransport(handler, clock, tokens=lambda text: len(text.split()))
 
 
 def _cfg(path: Path | str, fmt: str, **w) -> RunConfig:
@@ -68,7 +63,7 @@ def _replay(cfg: RunConfig, *, hang: bool = False, stop_after_s: float | None = 
     state: dict = {}
 
     async def main():
-        tr = Scripted(clock, hang=hang)
+        tr = scripted(clock, hang=hang)
         work = await replay_work(cfg, tr, clock, sink)
         runner = Runner(clock, plan_for(cfg, work.count_hint, work.offsets_ns, work.extra_drain_s))
         if stop_after_s is not None:
