@@ -201,7 +201,7 @@ class RooflineCost:
         ep = self.dep.ep
         if ep <= 1 or self.dep.skew == 0:  # expert_skew=0: perfectly balanced routing (an idealisation)
             return 1.0
-        noise = 1 + math.sqrt(2 * math.log(ep) / max(n / ep, 1.0))
+        noise = 1 + math.sqrt(2 * math.log(ep) / (max(n, 1.0) / ep))
         return min(float(ep), self.static_imb * noise)
 
     def _ll_table(self) -> tuple[float, float]:
@@ -264,7 +264,7 @@ class RooflineCost:
         q = d.spec_tokens + 1
         tok = n_dec * q + p_tok
         if tok <= 0:
-            return StepTime(self.step_oh * d.slowdown, 0.0, 0.0, 0.0, 1.0, 0.0)
+            return StepTime(self.step_oh, 0.0, 0.0, 0.0, 1.0, 0.0)
         seqs = n_dec + (1 if p_tok else 0)
         mb = max(1, min(d.pp, seqs))  # pipeline micro-batches
         f = 1.0 / mb
@@ -320,8 +320,8 @@ class RooflineCost:
             bw, lat = (self.out_bw, self.out_lat) if d.tp >= d.gpus_per_node else (self.up_bw, self.up_lat)
             p2p = (d.pp - 1) * (lat + tok * f * m.hidden * ACT_BYTES / d.tp / bw)
         total = self.step_oh + scale * layer_time + p2p
-        k = d.slowdown  # what-if: a slower or throttled device stretches every part of the step
-        return StepTime(total * k, c * scale * k, mem * scale * k, (comm * scale + p2p) * k, imb, a2a)
+        # (the ``slowdown`` what-if applies to the engine's whole step: sim/stepcost.EngineStep)
+        return StepTime(total, c * scale, mem * scale, comm * scale + p2p, imb, a2a)
 
 
 CostModel = RooflineCost  # the name earlier revisions used

@@ -163,23 +163,25 @@ class Engine:
         if plen + target > mml:
             target, reason = mml - plen, "length"
         seq = Seq(req, target, reason)
-        delay = self.api_delay_ns(req)
+        delay = self.api_delay_ns(req, 0xA91)
         if delay <= 0:
             self._enqueue(seq)
         else:  # the engine's API server (HTTP, tokenization) before the scheduler sees the request
             self._pending[req.rid] = seq
             loop.create_task(self._enqueue_at(seq, now + delay))
 
-    def api_delay_ns(self, req: SimRequest) -> int:
-        """Per-request API-server time of the engine profile: lognormal around ``api_ms``, seeded by
-        (engine seed, request id); it also spreads clients that would otherwise send in lockstep."""
+    def api_delay_ns(self, req: SimRequest, salt: int) -> int:
+        """Half of the per-request API-server time of the engine profile (the request side, salt 0xA91:
+        HTTP and tokenization; the response side, salt 0xA92: detokenization and HTTP): lognormal with mean
+        ``api_ms / 2``, seeded by (engine seed, request id). The response side also spreads clients that
+        would otherwise send again in lockstep."""
         prof = self.dep.profile
         if prof is None or prof.api_ms <= 0:
             return 0
-        u = (_mix(self.seed ^ 0xA91, req.rid) >> 11) / float(1 << 53)
+        u = (_mix(self.seed ^ salt, req.rid) >> 11) / float(1 << 53)
         z = _ND.inv_cdf(min(max(u, 1e-12), 1 - 1e-12))
-        sig = prof.api_sigma
-        return int(prof.api_ms * 1e6 * math.exp(sig * z - sig * sig / 2))
+        sig = prof.api_sigma if self.dep.jitter > 0 else 0.0  # jitter=0: every request alike, exactly repeatable
+        return int(prof.api_ms * 0.5e6 * math.exp(sig * z - sig * sig / 2))
 
     async def _enqueue_at(self, seq: Seq, due: int) -> None:
         await self.clock.sleep_until(due)
@@ -230,6 +232,14 @@ class Engine:
             self._cache_output(sched, s)
         req.output_tokens = s.out
         req.token_times_ns = sched.token_times(s)
+        # The response side of the API server: a client in process sees every token (and the end) later by
+        # one per-request delay. Streaming fronts deliver tokens as they come (their own I/O is the delay).
+        shift = self.api_delay_ns(req, 0xA92) if req.on_tokens is None else 0
+        if shift:
+            req.token_times_ns = [t + shift for t in req.token_times_ns]
+            if req.first_token_ns is not None:
+                req.first_token_ns += shift
+        engine_end, now = now, now + shift
         first = req.first_token_ns if req.first_token_ns is not None else now
         # 0 is a valid virtual time, not "unset"; a step anchored on the engine's timeline (t_free) may start
         # up to 2 ms before a request that arrived as it began: that request was not waiting before it arrived.
@@ -242,7 +252,14 @@ class Engine:
         self.ttft.observe((first - req.arrival_ns) / 1e9)
         self.queue.observe(req.queue_ns / 1e9)
         self.e2e.observe((now - req.arrival_ns) / 1e9)
-        self._resolve(req, s.reason, now)
+        if now == engine_end:
+            self._resolve(req, s.reason, now)
+        else:
+            asyncio.get_running_loop().create_task(self._resolve_at(req, s.reason, now))
+
+    async def _resolve_at(self, req: SimRequest, reason: str, t: int) -> None:
+        await self.clock.sleep_until(t)
+        self._resolve(req, reason, t)
 
     def _cache_output(self, sched: Scheduler, s: Seq) -> None:
         """Register the full blocks of generated tokens (KV computed) so a follow-up turn can hit them."""

@@ -4,12 +4,14 @@ import pytest
 
 from servelab.errors import DeploymentError, TargetError
 from servelab.sim.costmodel import CostModel
+from servelab.sim.stepcost import EngineStep
 from servelab.sim.target import known_keys, parse_sim_target
 
 
 def test_slowdown_multiplies_every_step_and_is_a_known_key():
-    base = CostModel(parse_sim_target("sim:llama-3.1-8b@1xh100"))
-    slow = CostModel(parse_sim_target("sim:llama-3.1-8b@1xh100,slowdown=2.5"))
+    # The what-if stretches the engine's whole step (GPU and CPU time), so it is applied by EngineStep.
+    base = EngineStep(parse_sim_target("sim:llama-3.1-8b@1xh100,jitter=0,backend=roofline"))
+    slow = EngineStep(parse_sim_target("sim:llama-3.1-8b@1xh100,jitter=0,backend=roofline,slowdown=2.5"))
     for shape in ((1, 100), (64, 64 * 1000), (0, 0, 2048, 2048 * 1024, 2048), (0, 0)):
         a, b = base.step(*shape), slow.step(*shape)
         assert b.time_s == pytest.approx(2.5 * a.time_s)

@@ -1,0 +1,66 @@
+"""Engine profiles: each engine's published defaults fill what the target leaves unset."""
+
+from __future__ import annotations
+
+import pytest
+
+from servelab.errors import TargetError
+from servelab.sim.target import parse_sim_target
+
+
+@pytest.mark.parametrize("engine,seqs,tokens,async_", [
+    ("vllm", 1024, 8192, False),  # vLLM's API server on >= 70 GiB GPUs
+    ("sglang", 2048, 8192, True),
+    ("trtllm", 2048, 8192, True),  # max_batch_size / max_num_tokens
+])
+def test_engine_defaults_on_a_large_gpu(engine, seqs, tokens, async_):
+    d = parse_sim_target(f"sim:llama-3.1-8b@1xh100,engine={engine}")
+    assert (d.max_num_seqs, d.max_num_batched_tokens, d.async_sched) == (seqs, tokens, async_)
+    assert d.describe()["engine"] == engine
+
+
+def test_vllm_is_the_default_and_small_gpus_get_the_small_batch_defaults():
+    assert parse_sim_target("sim:llama-3.1-8b@1xh100").engine == "vllm"
+    d = parse_sim_target("sim:llama-3.1-8b@1xv5e,dtype=fp8,max_model_len=2048")  # 16 GB
+    assert (d.max_num_seqs, d.max_num_batched_tokens) == (256, 2048)
+    assert parse_sim_target("sim:llama-3.1-8b@1xb200,engine=sglang").max_num_batched_tokens == 16384
+
+
+def test_explicit_settings_win_over_the_profile():
+    d = parse_sim_target("sim:llama-3.1-8b@1xh100,engine=trtllm,max_num_seqs=64,async_scheduling=off")
+    assert d.max_num_seqs == 64 and d.max_num_batched_tokens == 8192 and not d.async_sched
+
+
+def test_fp8_checkpoints_keep_a_bf16_kv_cache_unless_asked():
+    for eng in ("vllm", "sglang", "trtllm"):
+        assert parse_sim_target(f"sim:llama-3.1-70b@8xh100,dtype=fp8,engine={eng}").kv_dtype == "bf16"
+    assert parse_sim_target("sim:llama-3.1-70b@8xh100,dtype=fp8,kv_dtype=fp8").kv_dtype == "fp8"
+    assert parse_sim_target("sim:llama-3.1-70b@8xh100").kv_dtype == "bf16"
+
+
+def test_limits_are_per_attention_rank_under_dp_attention():
+    d = parse_sim_target("sim:deepseek-v3@8xh200,dtype=fp8,ep=8,dp_attention=true,engine=sglang,max_num_seqs=256")
+    assert d.max_num_seqs == 256 and d.sched_max_seqs == 8 * 256
+    assert d.sched_max_tokens == 8 * 8192
+    plain = parse_sim_target("sim:llama-3.1-70b@8xh100,engine=sglang")
+    assert plain.sched_max_seqs == plain.max_num_seqs  # one scheduler for the whole tp group
+
+
+def test_nvidia_mlperf_h200_setting_is_expressible():
+    # batch 2048, 1,536 tokens per step: MLPerf's H200 Llama-2-70B layout is TP1 x PP2 per replica
+    # (the per-step token budget is below the batch: decode-only steps, prefill squeezed in).
+    d = parse_sim_target("sim:llama-2-70b@8xh200,tp=1,pp=2,dtype=fp8,kv_dtype=fp8,engine=trtllm,"
+                         "max_num_seqs=2048,max_num_batched_tokens=2048")
+    assert d.max_num_seqs == 2048
+
+
+def test_gpt_oss_120b_fits_one_h100_at_vllm_defaults():
+    d = parse_sim_target("sim:gpt-oss-120b@1xh100")
+    assert d.max_num_seqs == 1024 and d.max_model_len == 131072
+    assert d.memory.kv_tokens >= d.max_model_len
+
+
+def test_unknown_engine_lists_the_known_ones():
+    with pytest.raises(TargetError, match="trtllm"):
+        parse_sim_target("sim:llama-3.1-8b@1xh100,engine=tgi")
+    assert parse_sim_target("sim:llama-3.1-8b@1xh100,engine=vllm:0.10.2").profile.version == "0.10.2"
