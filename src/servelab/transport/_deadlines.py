@@ -55,6 +55,8 @@ class Deadlines:
 
     def _first(self) -> None:
         """The first token arrived: from now on the stream may stay quiet for ``idle_s`` at most."""
+        if not self._total_at:  # never armed (a reply played without timers): nothing to watch
+            return
         if self._timer is not None:
             self._timer.cancel()
         self._watch()
