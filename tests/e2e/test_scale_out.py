@@ -1,0 +1,137 @@
+"""One run across worker processes and a real local Ray cluster, against the simulator's HTTP server over
+loopback: counts add up across shards, the merged figures equal a one-process run of the same seed (the
+same prompts and lengths by global index), and a killed worker's in-flight requests are recorded as
+cancelled while the run still finishes."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import signal
+import threading
+import time
+
+import pyarrow.parquet as pq
+import pytest
+
+from servelab.bench.run import Executor, execute
+from servelab.config import RunConfig, validate
+from servelab.sim.server import make_engine, start_server
+
+
+class _Server:
+    """The simulator's HTTP front on a thread of this process (shards are other processes)."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+        async def up():
+            from servelab.clock import WallClock
+
+            engine, deployment = make_engine("sim", WallClock(use_uvloop=False), seed=0)
+            return await start_server(engine, deployment, host="127.0.0.1", port=0)
+
+        self.srv = asyncio.run_coroutine_threadsafe(up(), self.loop).result(20)
+        self.url = self.srv.base_url
+
+    def close(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.srv.close(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = _Server()
+    yield s
+    s.close()
+
+
+def _cfg(url: str, out, **limits) -> RunConfig:
+    return validate(RunConfig, {
+        "target": {"url": url}, "workload": {"input_tokens": 24, "output_tokens": 8}, "seed": 7,
+        "load": {"concurrency": 4}, "limits": {"requests": 24, **limits}, "telemetry": {"enabled": False},
+        "out": str(out)})
+
+
+def _rows(result) -> dict:
+    return pq.read_table(result.run_dir / "requests.parquet").to_pydict()
+
+
+def _same_work(one, two) -> None:
+    a, b = one.summary, two.summary
+    assert b["requests"]["sent"] == b["requests"]["ok"] == a["requests"]["ok"] == 24
+    # prompts and lengths are drawn by global index: the shards sent exactly the one-process run's work
+    assert b["tokens"]["input"] == a["tokens"]["input"] and b["tokens"]["output"] == a["tokens"]["output"] == 24 * 8
+    ra, rb = _rows(one), _rows(two)
+    assert sorted(rb["request_id"]) == sorted(ra["request_id"]) == list(range(24))
+    assert set(rb["worker"]) == {0, 1} and set(ra["worker"]) == {0}
+    by_worker = {w: sorted(i for i, x in zip(rb["request_id"], rb["worker"], strict=True) if x == w) for w in (0, 1)}
+    assert by_worker == {0: list(range(0, 24, 2)), 1: list(range(1, 24, 2))}
+    # latencies are same-host differences: both runs see the same idle server, within noise
+    assert 0.2 < b["metrics"]["e2e_ms"]["p50"] / a["metrics"]["e2e_ms"]["p50"] < 5
+
+
+def test_two_worker_processes_do_the_one_process_work(server, tmp_path):
+    one = execute(_cfg(server.url, tmp_path / "one"), report=False)
+    two = execute(_cfg(server.url, tmp_path / "two"), report=False, executor=Executor(workers=2))
+    _same_work(one, two)
+    ex = two.run_dir.joinpath("manifest.json").read_text()
+    assert '"kind": "processes"' in ex and two.summary["workers"][1]["issued"] == 12
+
+
+def _kill_when_started(run_root, name: str, stop: threading.Event) -> None:
+    """Poll for shard 1's process and its first records, then SIGKILL it mid-run."""
+    while not stop.is_set():
+        procs = [p for p in multiprocessing.active_children() if p.name == name]
+        dirs = list(run_root.glob("*/requests.journal.w1.jsonl")) if run_root.exists() else []
+        if procs and dirs and dirs[0].read_bytes().count(b"\n") >= 2:
+            os.kill(procs[0].pid, signal.SIGKILL)
+            return
+        time.sleep(0.01)
+
+
+def test_a_killed_worker_is_recorded_and_the_run_finishes(server, tmp_path):
+    cfg = validate(RunConfig, {
+        "target": {"url": server.url}, "workload": {"input_tokens": 24, "output_tokens": 32}, "seed": 3,
+        "load": {"concurrency": 4}, "limits": {"requests": 80}, "telemetry": {"enabled": False},
+        "out": str(tmp_path)})
+    stop = threading.Event()
+    killer = threading.Thread(target=_kill_when_started, args=(tmp_path, "servelab-shard-1", stop), daemon=True)
+    killer.start()
+    try:
+        result = execute(cfg, report=False, executor=Executor(workers=2))
+    finally:
+        stop.set()
+    r = result.summary["requests"]
+    assert r["sent"] == r["ok"] + sum(r["failed"].values()) + r["cancelled"]
+    rows = _rows(result)
+    dead = [e for e, w in zip(rows["error"], rows["worker"], strict=True) if w == 1 and e and "worker 1" in e]
+    assert r["cancelled"] == len(dead) >= 1  # what worker 1 had in flight when it was killed
+    assert sum(1 for w in rows["worker"] if w == 0) == 40  # the other shard finished its share
+    assert not result.summary["valid"]
+    assert any("worker 1" in x and "failed" in x for x in result.summary["invalid_reasons"])
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield ray
+    ray.shutdown()
+
+
+def test_ray_shards_on_a_local_cluster_do_the_one_process_work(server, tmp_path, ray_cluster):
+    one = execute(_cfg(server.url, tmp_path / "one"), report=False)
+    two = execute(_cfg(server.url, tmp_path / "two"), report=False, executor=Executor(workers=2, ray_address=""))
+    _same_work(one, two)
+    import json
+
+    shards = json.loads(two.run_dir.joinpath("manifest.json").read_text())["executor"]["shards"]
+    assert [s["worker"] for s in shards] == [0, 1]
+    assert all(s["clock_rtt_ns"] is not None and s["clock_rtt_ns"] > 0 for s in shards)
+    # one host: the offset is within the measurement's error bound (half the round trip), plus scheduling noise
+    assert all(abs(s["clock_offset_ns"]) <= s["clock_rtt_ns"] + 5_000_000 for s in shards)
