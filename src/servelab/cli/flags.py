@@ -23,6 +23,8 @@ IgnoreEos = Annotated[bool | None, typer.Option("--ignore-eos", help="Force outp
 Stream = Annotated[bool | None, typer.Option("--stream/--no-stream", help="Stream responses (SSE).")]
 ApiKeyEnv = Annotated[str | None, typer.Option(help="Env var holding the API key (never stored).")]
 Header = Annotated[list[str] | None, typer.Option(help="Extra header 'Name: value' (repeatable).")]
+AllowOverContext = Annotated[bool | None, typer.Option("--allow-over-context", help="Send prompts + outputs longer "
+                                                    "than the served max_model_len anyway (default: refuse, exit 2).")]
 Tokenizer = Annotated[str | None, typer.Option(help="Local tokenizer.json for prompt lengths.")]
 SloTtft = Annotated[float | None, typer.Option(help="Goodput SLO on TTFT, ms.")]
 SloItl = Annotated[float | None, typer.Option(help="Goodput SLO on mean ITL, ms.")]

@@ -6,6 +6,6 @@ from pydantic import BaseModel, ConfigDict
 
 
 class Strict(BaseModel):
-    """Unknown keys are rejected; models are frozen once validated."""
+    """Unknown keys are rejected; models are frozen once validated; infinity and NaN are never a value."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)

@@ -8,16 +8,21 @@ from pydantic import Field, model_validator
 
 from servelab.config.base import Strict
 
+# Sane bounds on every distribution parameter (tokens, seconds, counts): past these, samples overflow the
+# 64-bit integers they become, or a run could never finish. docs/exit-codes.md lists them.
+MAX_VALUE = 1e9
+MAX_SIGMA = 4.0  # lognormal: p99/p50 = e^(2.33 sigma) = 11,000 at sigma 4
+
 
 class Fixed(Strict):
     kind: Literal["fixed"] = "fixed"
-    value: float = Field(ge=0, description="The one value every sample takes.")
+    value: float = Field(ge=0, le=MAX_VALUE, description="The one value every sample takes.")
 
 
 class Uniform(Strict):
     kind: Literal["uniform"] = "uniform"
-    low: float = Field(ge=0, description="Smallest value (inclusive).")
-    high: float = Field(ge=0, description="Largest value (inclusive).")
+    low: float = Field(ge=0, le=MAX_VALUE, description="Smallest value (inclusive).")
+    high: float = Field(ge=0, le=MAX_VALUE, description="Largest value (inclusive).")
 
     @model_validator(mode="after")
     def _order(self) -> Uniform:
@@ -28,29 +33,29 @@ class Uniform(Strict):
 
 class Normal(Strict):
     kind: Literal["normal"] = "normal"
-    mean: float = Field(ge=0, description="Mean.")
-    std: float = Field(ge=0, description="Standard deviation.")
-    min: float = Field(default=0, ge=0, description="Samples are clipped to at least this.")
-    max: float | None = Field(default=None, ge=0, description="Samples are clipped to at most this.")
+    mean: float = Field(ge=0, le=MAX_VALUE, description="Mean.")
+    std: float = Field(ge=0, le=MAX_VALUE, description="Standard deviation.")
+    min: float = Field(default=0, ge=0, le=MAX_VALUE, description="Samples are clipped to at least this.")
+    max: float | None = Field(default=None, ge=0, le=MAX_VALUE, description="Samples are clipped to at most this.")
 
 
 class LogNormal(Strict):
     kind: Literal["lognormal"] = "lognormal"
-    median: float = Field(gt=0, description="Median of the samples (exp(mu)).")
-    sigma: float = Field(ge=0, description="Standard deviation of log(sample).")
-    min: float = Field(default=0, ge=0, description="Samples are clipped to at least this.")
-    max: float | None = Field(default=None, ge=0, description="Samples are clipped to at most this.")
+    median: float = Field(gt=0, le=MAX_VALUE, description="Median of the samples (exp(mu)).")
+    sigma: float = Field(ge=0, le=MAX_SIGMA, description="Standard deviation of log(sample).")
+    min: float = Field(default=0, ge=0, le=MAX_VALUE, description="Samples are clipped to at least this.")
+    max: float | None = Field(default=None, ge=0, le=MAX_VALUE, description="Samples are clipped to at most this.")
 
 
 class Exponential(Strict):
     kind: Literal["exponential"] = "exponential"
-    mean: float = Field(gt=0, description="Mean of the samples.")
-    max: float | None = Field(default=None, ge=0, description="Samples are clipped to at most this.")
+    mean: float = Field(gt=0, le=MAX_VALUE, description="Mean of the samples.")
+    max: float | None = Field(default=None, ge=0, le=MAX_VALUE, description="Samples are clipped to at most this.")
 
 
 class Empirical(Strict):
     kind: Literal["empirical"] = "empirical"
-    values: list[float] = Field(min_length=1, description="Samples are drawn uniformly from these values.")
+    values: list[Annotated[float, Field(le=MAX_VALUE)]] = Field(min_length=1, description="Samples are drawn uniformly from these values.")
     weights: list[float] | None = Field(default=None, description="Optional relative weight per value.")
 
     @model_validator(mode="after")

@@ -18,7 +18,14 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     if not p.is_file():
         raise ConfigError(f"config file {str(p)!r} does not exist", hint="pass an existing YAML file to --config")
     try:
-        data = yaml.safe_load(p.read_text())
+        text = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{p}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})",
+                          hint="save the config file as UTF-8") from None
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {str(p)!r}: {e.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -56,14 +63,15 @@ def _deep_copy(d: Any) -> Any:
     return d
 
 
-def format_validation_error(err: ValidationError, source: str = "config") -> str:
+def format_validation_error(err: ValidationError, source: str = "config",
+                            model: type[BaseModel] | None = None) -> str:
     lines = [f"invalid {source}: {err.error_count()} problem(s)"]
     for e in err.errors(include_url=False):
         loc = _path(e["loc"])
         given = e.get("input")
         kind = e["type"]
         if kind == "extra_forbidden":
-            msg = "unknown key (check the spelling; see the docs for the allowed keys)"
+            msg = "unknown key" + _did_you_mean(model, loc) + " (every key: docs/config.md)"
         else:
             msg = e["msg"]
             if msg.startswith("Value error, "):
@@ -93,11 +101,21 @@ def _path(loc: tuple[object, ...]) -> str:
     return ".".join(parts)
 
 
+def _did_you_mean(model: type[BaseModel] | None, loc: str) -> str:
+    if model is None or not loc:
+        return ""
+    from servelab.config.suggest import suggest
+
+    where, _, key = loc.rpartition(".")
+    hit = suggest(model, where, key)
+    return f": did you mean {hit}?" if hit else ""
+
+
 def validate(model: type[M], data: dict[str, Any], source: str = "config") -> M:
     try:
         return model.model_validate(data)
     except ValidationError as e:
-        raise ConfigError(format_validation_error(e, source)) from None
+        raise ConfigError(format_validation_error(e, source, model)) from None
 
 
 def load_config(model: type[M], path: str | Path | None, overrides: dict[str, Any] | None = None) -> M:

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
+from servelab.config import bounds as B
 from servelab.config.agent import AgentWorkloadConfig, CostConfig
 from servelab.config.base import Strict
 from servelab.config.distributions import Distribution, Fixed, as_distribution
@@ -20,9 +21,9 @@ DEFAULT_CONCURRENCY = 16
 
 
 class TimeoutsConfig(Strict):
-    connect_s: float = Field(default=10.0, gt=0, description="TCP/TLS connect timeout, seconds.")
-    first_token_s: float = Field(default=120.0, gt=0, description="Send to first token, seconds.")
-    total_s: float = Field(default=600.0, gt=0, description="Send to end of response, seconds.")
+    connect_s: float = Field(default=10.0, gt=0, le=B.MAX_TIMEOUT_S, description="TCP/TLS connect timeout, seconds.")
+    first_token_s: float = Field(default=120.0, gt=0, le=B.MAX_TIMEOUT_S, description="Send to first token, seconds.")
+    total_s: float = Field(default=600.0, gt=0, le=B.MAX_TIMEOUT_S, description="Send to end of response, seconds.")
     idle_s: float = Field(default=60.0, gt=0, le=86_400, description="Inter-token idle timeout: a stream quiet "
                           "this long after a token ends as `timeout`, seconds.")
 
@@ -42,6 +43,9 @@ class TargetConfig(Strict):
     )
     headers: dict[str, str] = Field(default_factory=dict, description="Extra HTTP headers on every request.")
     verify_tls: bool = Field(default=True, description="Verify TLS certificates for https URLs.")
+    allow_over_context: bool = Field(
+        default=False, description="Send requests longer than the served context (max_model_len) anyway; by "
+        "default the run refuses to start (exit 2).")
     timeouts: TimeoutsConfig = Field(default_factory=TimeoutsConfig, description="Per-request timeouts.")
     max_response_bytes: int = Field(
         default=64 * 1024 * 1024, ge=1024, le=2**40, description="Per-response byte cap: a response that "
@@ -65,7 +69,14 @@ class TargetConfig(Strict):
                 f"'{v}' is neither an http(s) URL nor a simulator target; expected e.g. "
                 "http://127.0.0.1:8000/v1 or sim:llama-3.1-8b@1xh100"
             )
-        return v.rstrip("/")
+        return B.check_http_url(v.rstrip("/"))
+
+    @field_validator("headers")
+    @classmethod
+    def _headers(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, value in v.items():
+            B.check_header(name, value)
+        return v
 
     @property
     def is_sim(self) -> bool:
@@ -73,8 +84,9 @@ class TargetConfig(Strict):
 
 
 class SharedPrefixConfig(Strict):
-    tokens: int = Field(gt=0, description="Length of the prefix common to every request of a group, tokens.")
-    groups: int = Field(default=1, ge=1, description="Number of distinct prefixes (requests spread evenly).")
+    tokens: int = Field(gt=0, le=B.MAX_TOKENS, description="Length of the prefix common to every request of a "
+                        "group, tokens.")
+    groups: int = Field(default=1, ge=1, le=B.MAX_COUNT, description="Number of distinct prefixes (requests spread evenly).")
 
 
 class WorkloadConfig(Strict):
@@ -99,6 +111,11 @@ class WorkloadConfig(Strict):
     def _bare_number(cls, v: object) -> object:
         return as_distribution(v)
 
+    @field_validator("input_tokens", "output_tokens", mode="after")
+    @classmethod
+    def _token_bounds(cls, d: object) -> object:
+        return B.check_token_distribution(d)
+
     @field_validator("output_tokens", mode="after")
     @classmethod
     def _positive_output(cls, d: object) -> object:
@@ -109,17 +126,19 @@ class WorkloadConfig(Strict):
 
 class LoadConfig(Strict):
     concurrency: int | None = Field(
-        default=None, ge=1, description="Closed loop: number of users each sending the next request when the "
+        default=None, ge=1, le=B.MAX_CONCURRENCY, description="Closed loop: number of users each sending the next request when the "
         f"last finishes (default {DEFAULT_CONCURRENCY} when no rate is given)."
     )
-    rate: float | None = Field(default=None, gt=0, description="Open loop: request rate, requests per second.")
+    rate: float | None = Field(default=None, ge=B.MIN_RATE, le=B.MAX_RATE,
+                               description="Open loop: request rate, requests per second.")
     arrival: Literal["poisson", "gamma", "constant"] = Field(
         default="poisson", description="Open-loop inter-arrival distribution."
     )
     burstiness: float = Field(
-        default=1.0, gt=0, description="Gamma shape: 1 is Poisson, below 1 burstier, above 1 smoother."
+        default=1.0, ge=B.MIN_BURSTINESS, le=B.MAX_BURSTINESS, description="Gamma shape: 1 is Poisson, below 1 burstier, above 1 smoother."
     )
-    think_time_s: float = Field(default=0.0, ge=0, description="Closed loop: pause between a user's requests.")
+    think_time_s: float = Field(default=0.0, ge=0, le=B.MAX_DURATION_S,
+                                description="Closed loop: pause between a user's requests.")
 
     @model_validator(mode="after")
     def _one_mode(self) -> LoadConfig:
@@ -137,15 +156,20 @@ class LoadConfig(Strict):
 
 
 class LimitsConfig(Strict):
-    requests: int | None = Field(default=None, ge=1, description="Stop after this many requests were sent.")
+    requests: int | None = Field(default=None, ge=1, le=B.MAX_COUNT,
+                                 description="Stop after this many requests were sent.")
     sessions: int | None = Field(
-        default=None, ge=1, description="Agent workloads: stop after this many sessions were started."
+        default=None, ge=1, le=B.MAX_COUNT, description="Agent workloads: stop after this many sessions were "
+        "started."
     )
-    duration_s: float | None = Field(default=None, gt=0, description="Stop sending after this many seconds.")
-    warmup_requests: int = Field(default=0, ge=0, description="First N requests excluded from figures.")
-    warmup_s: float = Field(default=0.0, ge=0, description="Requests sent in the first S seconds excluded.")
+    duration_s: float | None = Field(default=None, gt=0, le=B.MAX_DURATION_S,
+                                     description="Stop sending after this many seconds.")
+    warmup_requests: int = Field(default=0, ge=0, le=B.MAX_COUNT, description="First N requests excluded from "
+                                 "figures.")
+    warmup_s: float = Field(default=0.0, ge=0, le=B.MAX_DURATION_S,
+                            description="Requests sent in the first S seconds excluded.")
     drain_timeout_s: float = Field(
-        default=60.0, ge=0, description="After the last send, wait this long for requests in flight, then cancel."
+        default=60.0, ge=0, le=B.MAX_TIMEOUT_S, description="After the last send, wait this long for requests in flight, then cancel."
     )
     max_lag_p99_ms: float = Field(
         default=10.0, gt=0, description="Open loop: schedule lag p99 above this marks the figures invalid."
@@ -193,15 +217,15 @@ class ReplayWorkloadConfig(Strict):
                       "directory).")
     format: Literal["azure", "mooncake", "claude-code", "mt-bench", "servelab", "jsonl"] = Field(
         description="The trace's format (see docs/traces.md).")
-    speed: float | None = Field(default=None, gt=0, description="Play the trace this many times faster "
+    speed: float | None = Field(default=None, ge=B.MIN_SPEED, le=B.MAX_SPEED, description="Play the trace this many times faster "
                                 "(2 = twice as fast). Default 1.")
-    rate: float | None = Field(default=None, gt=0, description="Compress or stretch time so the mean arrival "
+    rate: float | None = Field(default=None, ge=B.MIN_RATE, le=B.MAX_RATE, description="Compress or stretch time so the mean arrival "
                                "rate is this, req/s (untimed traces: Poisson session starts at this rate).")
-    start_s: float | None = Field(default=None, ge=0, description="Window start in the trace, seconds.")
-    duration_s: float | None = Field(default=None, gt=0, description="Window length in the trace, seconds.")
+    start_s: float | None = Field(default=None, ge=0, le=B.MAX_DURATION_S * 1000, description="Window start in the trace, seconds.")
+    duration_s: float | None = Field(default=None, gt=0, le=B.MAX_DURATION_S * 1000, description="Window length in the trace, seconds.")
     sample: float | None = Field(default=None, gt=0, le=1, description="Keep this seeded random fraction of "
                                  "the requests (whole sessions), arrival times kept.")
-    max_requests: int | None = Field(default=None, ge=1, description="Keep at most this many requests (whole "
+    max_requests: int | None = Field(default=None, ge=1, le=B.MAX_COUNT, description="Keep at most this many requests (whole "
                                      "sessions, in time order).")
     ignore_eos: bool = Field(default=True, description="Force each response to the trace's output length.")
     scale_think: bool = Field(default=True, description="Scale session think times with speed/rate too.")
@@ -259,6 +283,15 @@ class RunConfig(Strict):
     @property
     def is_agent(self) -> bool:
         return self.workload.kind == "agent"
+
+    @model_validator(mode="after")
+    def _schedule_fits(self) -> RunConfig:
+        n, rate = self.limits.requests or self.limits.sessions, self.load.rate
+        if n is not None and rate is not None and n / rate > B.MAX_DURATION_S:
+            raise ValueError(f"{n} requests at {rate:g}/s would take {n / rate:.3g} s, more than the "
+                             f"{B.MAX_DURATION_S:.0f} s (30 days) a run may last; raise load.rate or lower "
+                             "limits.requests")
+        return self
 
     @model_validator(mode="after")
     def _bounded(self) -> RunConfig:

@@ -111,7 +111,10 @@ def parse_sim_target(spec: str, catalog: Catalog | None = None) -> Deployment:
 
 def _from_file(path: Path, catalog: Catalog | None) -> Deployment:
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise TargetError(f"simulator target file {path} is not UTF-8 text ({exc.reason} at byte {exc.start})",
+                          hint="save it as UTF-8") from None
     except OSError as exc:
         raise TargetError(f"cannot read simulator target file {path}: {exc}") from exc
     except yaml.YAMLError as exc:
@@ -132,5 +135,15 @@ def _from_file(path: Path, catalog: Catalog | None) -> Deployment:
     settings = _settings(data, str(path))
     gpn = settings.pop("gpus_per_node", None)
     if gpus is None:
-        gpus = int(nodes or 1) * int(gpn or cat.get_hardware(hw).node_gpus)
-    return Deployment.build(model, hw, int(gpus), catalog=cat, gpus_per_node=gpn, **settings)
+        gpus = _count(nodes or 1, "nodes", path) * int(gpn or cat.get_hardware(hw).node_gpus)
+    return Deployment.build(model, hw, _count(gpus, "gpus", path), catalog=cat, gpus_per_node=gpn, **settings)
+
+
+def _count(v: object, key: str, path: Path) -> int:
+    """A whole count of 1..4096 from a deployment file (``gpus: abc`` is an error, not a traceback)."""
+    if isinstance(v, bool) or not isinstance(v, int | str) or not str(v).strip().isdigit():
+        raise TargetError(f"{path}: {key} must be a whole number, got {v!r}", hint=f"e.g. {key}: 8")
+    n = int(str(v).strip())
+    if not 1 <= n <= 4096:
+        raise TargetError(f"{path}: {key} must be between 1 and 4096, got {n}")
+    return n

@@ -59,7 +59,11 @@ def load_trace(path: str | Path, format: str, **options: Any) -> Trace:
             f"trace format {format!r} does not take option(s) {', '.join(unknown)}; "
             f"it takes {', '.join(accepted) or 'no options'}"
         )
-    return loader(path, **options)
+    try:
+        return loader(path, **options)
+    except UnicodeDecodeError as e:
+        raise TraceError(f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})",
+                         hint="convert the trace to UTF-8 (e.g. iconv -f latin1 -t utf-8)") from None
 
 
 __all__ = [

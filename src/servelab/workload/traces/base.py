@@ -112,6 +112,7 @@ def build_trace(
     its ``requests`` lists are ignored and rebuilt here. Sessions left without requests are dropped.
     """
     reqs = sorted(requests, key=lambda r: r.t_offset_ns)
+    _check_bounds(reqs, source)
     sessions: dict[str, TraceSession] = {}
     for r in reqs:
         sid = r.session_id
@@ -142,6 +143,23 @@ def build_trace(
     )
 
 
+# A trace may span at most ~3 years (int64 nanoseconds hold 292) and ask at most 10M tokens a request.
+MAX_SPAN_NS = 10**17
+MAX_TRACE_TOKENS = 10_000_000
+
+
+def _check_bounds(reqs: list[TraceRequest], source: str) -> None:
+    where = source or "trace"
+    if reqs and (reqs[0].t_offset_ns < 0 or reqs[-1].t_offset_ns > MAX_SPAN_NS):
+        raise TraceError(f"{where}: its timestamps span {(reqs[-1].t_offset_ns - reqs[0].t_offset_ns) / NS_PER_S:.3g} s,"
+                         f" more than the {MAX_SPAN_NS / NS_PER_S:.3g} s a replay can schedule",
+                         hint="check the time field's unit (seconds expected) or cut a window with --start/--duration")
+    for i, r in enumerate(reqs):
+        if r.input_tokens > MAX_TRACE_TOKENS or r.output_tokens > MAX_TRACE_TOKENS:
+            raise TraceError(f"{where}: request {i} (at {r.t_offset_ns / NS_PER_S:g} s) asks for {r.input_tokens} input "
+                             f"and {r.output_tokens} output tokens; at most {MAX_TRACE_TOKENS:,} each are possible")
+
+
 def fail(path: str | Path, line: int | None, what: str, *, hint: str | None = None) -> TraceError:
     """A TraceError naming the file and line (1-based) and what was expected."""
     where = f"{path}" if line is None else f"{path}:{line}"
@@ -161,12 +179,15 @@ def want_int(value: Any, path: str | Path, line: int | None, name: str, *, minim
     return value
 
 
+MAX_SECONDS = 1e12  # a time field beyond this (31,700 years) is a wrong unit, and overflows nanoseconds
+
+
 def want_number(value: Any, path: str | Path, line: int | None, name: str, *, minimum: float = 0.0) -> float:
     """``value`` as a finite float >= ``minimum``, else a TraceError."""
     if isinstance(value, bool) or not isinstance(value, int | float) or value != value or value < minimum:
         raise fail(path, line, f"field {name!r} must be a number >= {minimum:g}, got {value!r}")
-    if value == float("inf"):
-        raise fail(path, line, f"field {name!r} must be finite, got {value!r}")
+    if abs(value) > MAX_SECONDS:
+        raise fail(path, line, f"field {name!r} must be finite and within +-{MAX_SECONDS:g}, got {value!r}")
     return float(value)
 
 
