@@ -26,6 +26,10 @@ Header = Annotated[list[str] | None, typer.Option(help="Extra header 'Name: valu
 AllowOverContext = Annotated[bool | None, typer.Option("--allow-over-context", help="Send prompts + outputs longer "
                                                     "than the served max_model_len anyway (default: refuse, exit 2).")]
 Tokenizer = Annotated[str | None, typer.Option(help="Local tokenizer.json for prompt lengths.")]
+IdleTimeout = Annotated[float | None, typer.Option(help="Inter-token idle timeout, s: a stream quiet this long "
+                                                   "after a token ends as `timeout` (default 60).")]
+MaxResponseBytes = Annotated[int | None, typer.Option(help="Per-response byte cap: a bigger response is cut and "
+                                                      "recorded `malformed` (default 64 MiB).")]
 SloTtft = Annotated[float | None, typer.Option(help="Goodput SLO on TTFT, ms.")]
 SloItl = Annotated[float | None, typer.Option(help="Goodput SLO on mean ITL, ms.")]
 SloTpot = Annotated[float | None, typer.Option(help="Goodput SLO on TPOT, ms.")]
