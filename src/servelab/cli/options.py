@@ -17,8 +17,6 @@ FLAG_PATHS: dict[str, str] = {
     "tokenizer": "target.tokenizer",
     "idle_timeout": "target.timeouts.idle_s",
     "max_response_bytes": "target.max_response_bytes",
-    "idle_timeout": "target.timeouts.idle_s",
-    "max_response_bytes": "target.max_response_bytes",
     "allow_over_context": "target.allow_over_context",
     "concurrency": "load.concurrency",
     "rate": "load.rate",

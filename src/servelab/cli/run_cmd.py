@@ -35,8 +35,6 @@ def run(
     tokenizer: flags.Tokenizer = None,
     idle_timeout: flags.IdleTimeout = None,
     max_response_bytes: flags.MaxResponseBytes = None,
-    idle_timeout: flags.IdleTimeout = None,
-    max_response_bytes: flags.MaxResponseBytes = None,
     allow_over_context: flags.AllowOverContext = None,
     think_time: Annotated[float | None, typer.Option(help="Closed loop pause between requests, s.")] = None,
     slo_ttft_ms: flags.SloTtft = None,
