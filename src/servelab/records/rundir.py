@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from servelab.errors import RunDirError
-from servelab.records.journal import REQUESTS_JOURNAL, SESSIONS_JOURNAL, read_journal
+from servelab.records.journal import REQUESTS_JOURNAL, SESSIONS_JOURNAL, journal_paths, read_journal
 from servelab.records.schema import MALFORMED, OK, REQUEST_COLUMNS, SCHEMA_VERSION, SESSION_COLUMNS, STATUSES
 
 _I = pa.int64()
@@ -170,8 +170,9 @@ def _read_table(run_dir: Path, parquet: str, journal: str, schema: pa.Schema) ->
         except (OSError, pa.ArrowException) as e:  # a damaged file: fall back to the journal
             if not (run_dir / journal).exists():
                 raise RunDirError(f"{p} cannot be read: {e}", hint="the run's journal is missing too") from None
-    rows = list(read_journal(run_dir / journal))
-    if rows or (run_dir / journal).exists():
+    paths = journal_paths(run_dir, journal)  # every shard's journal (one per worker process or Ray task)
+    rows = [r for path in paths for r in read_journal(path)]
+    if rows or paths:
         return rows_to_table(rows, schema)
     return None
 

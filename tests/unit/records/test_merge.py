@@ -57,3 +57,18 @@ def test_issued_and_recorded_ids_of_a_shard(tmp_path):
     assert issued_indices(tmp_path, 3) == [3, 7, 11]
     assert recorded_ids(tmp_path, 3, "requests.journal.jsonl", "request_id") == {7}
     assert issued_indices(tmp_path, 0) == []
+
+
+def test_a_dead_sharded_run_reads_back_from_every_shards_journal(tmp_path):
+    from servelab.records.manifest import build_manifest
+    from servelab.records.rundir import read_run, write_json
+
+    write_json(tmp_path / "manifest.json", build_manifest(config={}, argv=[], target={}, seed=0, started_at="x"))
+    for w in range(3):
+        with Journal(tmp_path, w) as j:
+            r = RequestRecord(request_id=w, status=OK)
+            r.worker = w
+            j.write_request(r)
+    data = read_run(tmp_path)
+    assert not data.complete
+    assert sorted(data.requests.column("worker").to_pylist()) == [0, 1, 2]
