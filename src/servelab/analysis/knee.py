@@ -20,6 +20,11 @@ Result of :func:`find_knee` (always a dict, never ``None``)::
     signals     the figures behind the verdict (growth per doubling before/after, latency growth...)
     goodput_peak_level   when goodput is given: the level with the most goodput
 
+:func:`bootstrap_knee` adds a resampled confidence: each level's throughput is redrawn from its counting
+noise (a rate measured from ``n`` completions has a relative standard error of ``1 / sqrt(n)``), the knee
+found again, and ``share`` is the fraction of redraws that land on the same level, ``range`` the 5th-95th
+percentile of the levels they land on.
+
 Growth per doubling is the elasticity ``log(T2/T1) / log(L2/L1)``: 1 when throughput doubles with the
 load, 0 when it is flat.
 """
@@ -177,9 +182,14 @@ def _corroborate(out: dict[str, Any], lv: np.ndarray, el: np.ndarray, k: int, ow
     else:
         signals["growth_last_step"] = round(float(el[-1]), 3)
         votes.append(bool(el[-1] >= STILL_SCALING))
-    lat_name, lat = next(((nm, extra[nm]) for nm in ("queue", "latency_p95", "latency_p50")
-                          if extra.get(nm) is not None), (None, None))
-    lat_sig = None if out["beyond"] else _latency_signal(lv, lat, k, lat_name or "")
+    # The first latency signal that can vote: server queue, then p95 and p50 latency (a closed loop's client
+    # queue is always 0 and carries no signal, so an all-zero series falls through to the next).
+    lat_sig = None
+    if not out["beyond"]:
+        for nm in ("queue", "latency_p95", "latency_p50"):
+            lat_sig = _latency_signal(lv, extra.get(nm), k, nm)
+            if lat_sig is not None:
+                break
     if lat_sig is not None:
         signals["latency"] = lat_sig
         votes.append(lat_sig["agrees"])
@@ -288,3 +298,30 @@ def max_load_meeting_slo(levels: Sequence[float], summaries: Sequence[Mapping[st
         reason += f" (it holds again at {', '.join(_fmt(x) for x in later_pass)}: noise, rerun those)"
     return {"level": best, "first_failing": first_fail, "refine": refine, "checks": checks,
             "percentile": key, "reason": reason}
+
+
+def bootstrap_knee(levels: Sequence[float], throughput: Sequence[float], counts: Sequence[float | None],
+                   knee_level: float | None, *, draws: int = 200, seed: int = 0) -> dict[str, Any] | None:
+    """Resampled confidence of ``knee_level`` (see the module docstring); None without counts or a knee."""
+    lv = np.asarray(levels, dtype=float)
+    tp = np.asarray(throughput, dtype=float)
+    n = np.asarray([np.nan if c is None else float(c) for c in counts], dtype=float)
+    ok = np.isfinite(tp) & (tp >= 0) & np.isfinite(n) & (n > 0)
+    if knee_level is None or ok.sum() < MIN_LEVELS:
+        return None
+    lv, tp, n = lv[ok], tp[ok], n[ok]
+    rng = np.random.default_rng(seed)
+    found = []
+    for _ in range(draws):
+        y = np.maximum(tp * (1.0 + rng.standard_normal(tp.size) / np.sqrt(n)), 0.0)
+        k = find_knee(lv, y)
+        if k.get("level") is not None:
+            found.append(k["level"])
+        elif k.get("beyond"):
+            found.append(float(lv.max()))
+    if not found:
+        return None
+    arr = np.asarray(found)
+    lo, hi = np.percentile(arr, [5, 95], method="nearest")
+    return {"share": float((arr == knee_level).mean()), "range": [float(lo), float(hi)], "draws": draws,
+            "noise": "relative SE 1/sqrt(completions) per level"}

@@ -32,7 +32,13 @@ def knee_words(knee: dict[str, Any] | None, reason: str | None) -> str:
         return f"no knee: {knee.get('reason') or reason or 'not enough points'}"
     rng = f" (range {lo:g}-{hi:g})" if lo is not None and hi is not None and lo != hi else ""
     conf = knee.get("confidence")
-    return f"knee at {lvl:g}{rng}" + (f", confidence {conf}" if conf is not None else "")
+    axis = f" of {knee['axis']}" if knee.get("axis") else ""
+    words = f"knee{axis} at {lvl:g}{rng}" + (f", confidence {conf}" if conf is not None else "")
+    boot = knee.get("bootstrap")
+    if boot:
+        words += (f"; bootstrap: {boot['share']:.0%} of {boot['draws']} redraws land on {lvl:g}, 90% within "
+                  f"{boot['range'][0]:g}-{boot['range'][1]:g}")
+    return words
 
 
 def _accuracy_cell(acc: dict[str, Any] | None) -> str:

@@ -1,0 +1,59 @@
+"""Knee over any swept axis, with a latency vote that works in a closed loop and a bootstrap confidence.
+
+Hand-built sweep: throughput doubles with the axis up to 32, then is flat at 3,200 tok/s (the knee is 32,
+between 16 and 64); TTFT p95 is 200 ms up to 32 and doubles per step after (queueing); the client queue
+p50 is 0 at every point, as in every closed loop."""
+
+from servelab.sweep.knee_of import knee_axis, knees_for
+
+LEVELS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+def _summary(x: int, ok: int = 10_000) -> dict:
+    ttft = 200.0 if x <= 32 else 200.0 * x / 32
+    return {"throughput": {"output_tokens_per_s": 100.0 * min(x, 32)},
+            "metrics": {"ttft_ms": {"p50": ttft / 2, "p95": ttft}, "queue_ms": {"p50": 0.0},
+                        "e2e_ms": {"p95": 10 * ttft}},
+            "requests": {"ok": ok}}
+
+
+def _points(axis: str, fixed: dict) -> list[dict]:
+    return [{"status": "ok", "params": {**fixed, axis: x}, "level": fixed.get("concurrency", x),
+             "summary": _summary(x)} for x in LEVELS]
+
+
+def test_max_num_seqs_sweep_has_a_knee():
+    pts = _points("max_num_seqs", {"concurrency": 256})
+    assert knee_axis(pts) == "max_num_seqs"
+    knees, first, reason = knees_for(pts)
+    assert len(knees) == 1 and knees[0]["axis"] == "max_num_seqs" and knees[0]["params"] == {"concurrency": 256}
+    assert first["level"] == 32 and first["low"] == 16 and first["high"] == 64 and reason is None
+
+
+def test_closed_loop_latency_vote_uses_ttft_not_the_zero_client_queue():
+    knees, first, _ = knees_for(_points("concurrency", {}))
+    lat = first["signals"]["latency"]
+    # TTFT p95 elasticity: 0 before the knee, 1 after (doubles per doubling): queueing confirms
+    assert lat["metric"] == "latency_p95" and lat["growth_before"] == 0.0 and lat["growth_after"] == 1.0
+    assert lat["agrees"] is True and "confirms" in first["reason"]
+
+
+def test_server_queue_votes_first_when_measured():
+    pts = _points("concurrency", {})
+    for e in pts:
+        x = e["params"]["concurrency"]
+        e["summary"]["evidence"] = {"server_queue_ms": {"p50": 1.0 if x <= 32 else 1.0 * (x / 32) ** 2}}
+    _, first, _ = knees_for(pts)
+    assert first["signals"]["latency"]["metric"] == "queue" and first["signals"]["latency"]["growth_after"] == 2.0
+
+
+def test_bootstrap_confidence_and_range():
+    _, first, _ = knees_for(_points("concurrency", {}))
+    b = first["bootstrap"]
+    # 10,000 completions per level: 1 % counting noise cannot move a knee between power-of-two levels
+    assert b["share"] == 1.0 and b["range"] == [32.0, 32.0] and b["draws"] == 200
+    pts = _points("concurrency", {})
+    for e in pts:
+        e["summary"]["requests"]["ok"] = 4  # 50 % noise: the knee wanders
+    _, noisy, _ = knees_for(pts)
+    assert noisy["bootstrap"]["share"] < 1.0 and noisy["bootstrap"]["range"][0] < noisy["bootstrap"]["range"][1]
