@@ -325,3 +325,40 @@ def bootstrap_knee(levels: Sequence[float], throughput: Sequence[float], counts:
     lo, hi = np.percentile(arr, [5, 95], method="nearest")
     return {"share": float((arr == knee_level).mean()), "range": [float(lo), float(hi)], "draws": draws,
             "noise": "relative SE 1/sqrt(completions) per level"}
+
+
+def split_endpoints(values: Sequence[float], summaries: Sequence[Mapping[str, Any] | None], slo: Any,
+                    knee_level: float | None, axis: str = "max_num_seqs") -> dict[str, Any] | None:
+    """Numbers for splitting interactive and bulk traffic from a sweep over ``axis`` (max-num-seqs):
+
+    interactive   the largest value whose TTFT (and any other SLO target) meets the SLO at every value up
+                  to it (:func:`max_load_meeting_slo`)
+    bulk          the throughput knee over the axis (``knee_level``)
+
+    with the throughput at each and ``throughput_share`` = interactive / bulk throughput. None when the SLO
+    sets no target or no value meets it."""
+    try:
+        res = max_load_meeting_slo(values, summaries, slo)
+    except ConfigError:
+        return None
+    if res["level"] is None or knee_level is None:
+        return None
+    by = {float(v): s for v, s in zip(values, summaries, strict=True)}
+
+    def tput(v: float) -> float | None:
+        t = ((by.get(float(v)) or {}).get("throughput") or {}).get("output_tokens_per_s")
+        return None if t is None else float(t)
+
+    inter, bulk = float(res["level"]), float(knee_level)
+    ti, tb = tput(inter), tput(bulk)
+    share = ti / tb if ti is not None and tb else None
+    targets, key, _ = _slo_targets(slo)
+    words = (f"interactive endpoint: {axis} {inter:g} (the largest meeting "
+             + ", ".join(f"{m} {key} <= {v:g}" for m, v in targets.items())
+             + f"; {ti:,.0f} tok/s)" if ti is not None else f"interactive endpoint: {axis} {inter:g}")
+    words += f"; bulk endpoint: {axis} {bulk:g} (throughput knee" + (f", {tb:,.0f} tok/s)" if tb else ")")
+    if share is not None:
+        words += f"; the interactive setting keeps {share:.0%} of the bulk throughput"
+    return {"axis": axis, "interactive": inter, "bulk": bulk, "interactive_throughput": ti,
+            "bulk_throughput": tb, "throughput_share": share, "split_helps": bulk > inter,
+            "slo_check": res["reason"], "text": words}

@@ -80,6 +80,8 @@ def render_sweep(state: dict[str, Any], console: Console) -> None:
             console.print(f"{label}: {knee_words(g.get('knee'), None)}", highlight=False)
     else:
         console.print(knee_words(state.get("knee"), state.get("knee_reason")), highlight=False)
+    for sp in state.get("split") or []:
+        console.print(f"split traffic: {sp['text']}", highlight=False, markup=False)
     if state.get("decision"):
         render_decision(state["decision"], console)
     scaling = state.get("scaling")
@@ -148,9 +150,10 @@ def decision_html(state: dict[str, Any]) -> str:
     from servelab.report.html_page import esc, table
 
     d = state.get("decision")
+    split = [f"<p><b>split traffic</b>: {esc(sp['text'])}</p>" for sp in state.get("split") or []]
     if not d or not d.get("rows"):
-        return ""
-    parts = ["<h2>Decision table: which topology, at which load</h2>",
+        return "".join(split)
+    parts = [*split, "<h2>Decision table: which topology, at which load</h2>",
              table(DECISION_HEAD, decision_rows(d), left=1, left_last=True, csv_name="decision")]
     parts += [f"<p><b>{esc(a['kind'])}</b>: {esc(a['text'])}</p>" for a in d.get("advice", [])]
     return "".join(parts)

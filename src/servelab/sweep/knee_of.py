@@ -94,3 +94,24 @@ def knees_for(points: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[
     if isinstance(first, dict) and first.get("level") is None and first.get("reason"):
         reason = first["reason"]
     return knees, first, reason
+
+
+def split_for(points: list[dict[str, Any]], slo: Any) -> list[dict[str, Any]]:
+    """Split-traffic numbers per group of a max-num-seqs sweep (see
+    :func:`servelab.analysis.knee.split_endpoints`); [] when the sweep is not over max_num_seqs or sets no SLO."""
+    from servelab.analysis.knee import split_endpoints
+
+    ok = [e for e in points if e.get("status") == "ok"]
+    axis = knee_axis(ok)
+    if not slo or axis is None or "max_num_seqs" not in axis:
+        return []
+    knees, _, _ = knees_for(points)
+    out = []
+    for g in knees:
+        members = sorted((e for e in ok if {k: v for k, v in e["params"].items() if k != axis} == g["params"]),
+                         key=lambda e: float(e["params"][axis]))
+        res = split_endpoints([float(e["params"][axis]) for e in members], [e["summary"] for e in members], slo,
+                              (g["knee"] or {}).get("level"), axis)
+        if res is not None:
+            out.append({"params": g["params"], **res})
+    return out

@@ -18,7 +18,7 @@ from servelab.records.rundir import create_run_dir
 from servelab.sweep import state as st
 from servelab.sweep.decision_of import decision_for
 from servelab.sweep.grid import Point, expand
-from servelab.sweep.knee_of import knees_for
+from servelab.sweep.knee_of import knees_for, split_for
 from servelab.sweep.scaling_of import scaling_for
 from servelab.sweep.server import ServerProcess, render_command
 
@@ -54,6 +54,8 @@ class SweepSpec:
     argv: list[str] = field(default_factory=list)
     report: bool = True
     accuracy: AccuracySpec | None = None
+    parallel: int = 1  # points run at once, each in a worker process (or a Ray task with ray_address)
+    ray_address: str | None = None  # "" = a local Ray cluster, else an existing one
     _accuracy_cache: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
 
 
@@ -113,7 +115,11 @@ def run_sweep(spec: SweepSpec, say: Callable[[str], None] = lambda s: None) -> t
     st.save(sweep_dir, state)
     t0 = time.monotonic()
     walls: list[float] = [e.get("wall_s", 0.0) for e in done.values()]
+    if spec.parallel > 1 or spec.ray_address is not None:
+        _run_parallel(sweep_dir, spec, points, configs, done, state, t0, say)
     for i, p in enumerate(points):
+        if spec.parallel > 1 or spec.ray_address is not None:
+            break
         if p.key in done:
             say(f"[{i + 1}/{len(points)}] {p.key}: done earlier, skipped")
             continue
@@ -131,6 +137,7 @@ def run_sweep(spec: SweepSpec, say: Callable[[str], None] = lambda s: None) -> t
     state["knees"], state["knee"], state["knee_reason"] = knees_for(state["points"])
     state["scaling"] = scaling_for(sweep_dir, state["points"])
     state["decision"] = decision_for(sweep_dir, state)
+    state["split"] = split_for(state["points"], (state.get("base_config") or {}).get("slo"))
     state["ended_at"] = utc_now_iso()
     state["complete"] = all(e["status"] in ("ok", "failed") for e in state["points"])
     st.save(sweep_dir, state)
@@ -139,12 +146,42 @@ def run_sweep(spec: SweepSpec, say: Callable[[str], None] = lambda s: None) -> t
     return sweep_dir, state
 
 
+def _run_parallel(sweep_dir: Path, spec: SweepSpec, points: list[Point], configs: dict[str, RunConfig],
+                  done: dict[str, Any], state: dict[str, Any], t0: float, say: Callable[[str], None]) -> None:
+    """Points as tasks (worker processes or Ray), ``spec.parallel`` at once; sweep.json written here only."""
+    from servelab.sweep.parallel import run_points
+
+    work = [(i, p, configs[p.key]) for i, p in enumerate(points) if p.key not in done]
+    for i, p in enumerate(points):
+        if p.key in done:
+            say(f"[{i + 1}/{len(points)}] {p.key}: done earlier, skipped")
+
+    def out_of_budget() -> bool:
+        return spec.budget_s is not None and time.monotonic() - t0 > spec.budget_s
+
+    def on_done(i: int, entry: dict[str, Any]) -> None:
+        state["points"][i] = entry
+        say(f"[{i + 1}/{len(points)}] {points[i].key}: {entry['status']} in {entry.get('wall_s', 0):.1f} s")
+        st.save(sweep_dir, state)
+
+    run_points(work, _run_point, (sweep_dir,), parallel=max(1, spec.parallel), ray_address=spec.ray_address,
+               on_done=on_done, out_of_budget=out_of_budget)
+    for i, p in enumerate(points):
+        if state["points"][i]["status"] == "pending" and out_of_budget():
+            state["points"][i] = _entry(p, "skipped", error="time budget exhausted")
+    st.save(sweep_dir, state)
+
+
 def _entry(p: Point, status: str, **kw: Any) -> dict[str, Any]:
     return {"index": p.index, "key": p.key, "params": p.params, "level": p.level, "status": status,
             "run_dir": None, "summary": None, "error": None, **kw}
 
 
-def _run_point(sweep_dir: Path, p: Point, cfg: RunConfig, spec: SweepSpec) -> dict[str, Any]:
+def _run_point(sweep_dir: Path, p: Point, cfg: RunConfig, spec: SweepSpec, slot: int | None = None) -> dict[str, Any]:
+    """One point (in this process, a worker process or a Ray task; ``slot``: its parallel slot's port/GPUs)."""
+    from servelab.sweep.parallel import for_slot
+
+    cfg, server_spec = for_slot(cfg, spec.server, slot)
     run_dir = sweep_dir / p.key
     if run_dir.exists():  # a point killed mid-run: start it again from nothing
         shutil.rmtree(run_dir)
@@ -153,10 +190,10 @@ def _run_point(sweep_dir: Path, p: Point, cfg: RunConfig, spec: SweepSpec) -> di
     extra: dict[str, Any] = {"sweep": {"dir": str(sweep_dir), "point": p.key, "params": p.params}}
     server = None
     try:
-        if spec.server is not None:
-            argv = render_command(spec.server.command, {**spec.server.variables, **_template_values(cfg), **p.params})
+        if server_spec is not None:
+            argv = render_command(server_spec.command, {**server_spec.variables, **_template_values(cfg), **p.params})
             extra["server"] = {"command_line": redact_argv(argv), "log": "server.log"}
-            server = ServerProcess(argv, run_dir / "server.log", spec.server.health_url, spec.server.startup_timeout_s)
+            server = ServerProcess(argv, run_dir / "server.log", server_spec.health_url, server_spec.startup_timeout_s)
             t_srv = time.monotonic()
             server.start()
             extra["server"]["ready_s"] = time.monotonic() - t_srv  # start-up is part of a topology's cost

@@ -57,3 +57,18 @@ def test_bootstrap_confidence_and_range():
         e["summary"]["requests"]["ok"] = 4  # 50 % noise: the knee wanders
     _, noisy, _ = knees_for(pts)
     assert noisy["bootstrap"]["share"] < 1.0 and noisy["bootstrap"]["range"][0] < noisy["bootstrap"]["range"][1]
+
+
+def test_split_advice_names_max_num_seqs_for_both_endpoints():
+    from servelab.sweep.knee_of import split_for
+
+    pts = _points("max_num_seqs", {"concurrency": 256})
+    for e in pts:  # TTFT p95 100 ms up to 4 sequences, then doubling: 200 at 8, 400 at 16, 800 at 32 ...
+        x = e["params"]["max_num_seqs"]
+        e["summary"]["metrics"]["ttft_ms"]["p95"] = 100.0 * max(x, 4) / 4
+    (sp,) = split_for(pts, {"ttft_ms": 500, "percentile": 95})
+    assert sp["interactive"] == 16 and sp["bulk"] == 32  # 400 ms <= 500 < 800 ms; the throughput knee
+    assert sp["interactive_throughput"] == 1600 and sp["bulk_throughput"] == 3200 and sp["throughput_share"] == 0.5
+    assert sp["text"].startswith("interactive endpoint: max_num_seqs 16 (the largest meeting ttft_ms p95 <= 500")
+    assert "bulk endpoint: max_num_seqs 32 (throughput knee, 3,200 tok/s)" in sp["text"]
+    assert split_for(_points("concurrency", {}), {"ttft_ms": 500}) == []  # not a max-num-seqs sweep
