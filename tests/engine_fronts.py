@@ -61,13 +61,15 @@ def _answer(obj: Any) -> Any:
 
 
 def vllm_app(*, model: str = "meta-llama/Llama-3.1-8B-Instruct", max_model_len: int = 8192,
-             cache_dtype: str = "auto", prefix_caching: bool = True, version: str = "0.10.1") -> web.Application:
-    """vLLM's OpenAI server: /version, /v1/models with max_model_len, vllm:* metrics with cache_config_info."""
+             cache_dtype: str = "auto", prefix_caching: bool = True,
+             version: str = "0.10.1") -> web.Application:
+    """vLLM's OpenAI server: /version, /v1/models with max_model_len, vllm:* metrics (cache_config_info)."""
     metrics = (
         "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
         "# TYPE vllm:cache_config_info gauge\n"
         f'vllm:cache_config_info{{block_size="16",cache_dtype="{cache_dtype}",'
-        f'enable_prefix_caching="{prefix_caching}",gpu_memory_utilization="0.9",num_gpu_blocks="27000"}} 1.0\n'
+        f'enable_prefix_caching="{prefix_caching}",gpu_memory_utilization="0.9",'
+        'num_gpu_blocks="27000"} 1.0\n'
         "# TYPE vllm:num_requests_running gauge\n"
         f'vllm:num_requests_running{{model_name="{model}"}} 0.0\n'
         f'vllm:prompt_tokens_total{{model_name="{model}"}} 0.0\n')
@@ -78,7 +80,7 @@ def vllm_app(*, model: str = "meta-llama/Llama-3.1-8B-Instruct", max_model_len: 
 def sglang_app(*, model: str = "meta-llama/Llama-3.1-8B-Instruct", max_running_requests: int = 256,
                dtype: str = "auto", kv_cache_dtype: str = "auto", tp_size: int = 1,
                context_length: int = 8192) -> web.Application:
-    """SGLang's server: /get_server_info (server args + version), /v1/models (owned_by sglang), sglang:* metrics."""
+    """SGLang's server: /get_server_info (server args, version), /v1/models (owned_by sglang), metrics."""
     info = {"model_path": model, "tokenizer_path": model, "tp_size": tp_size, "dp_size": 1, "dtype": dtype,
             "kv_cache_dtype": kv_cache_dtype, "max_running_requests": max_running_requests,
             "context_length": context_length, "chunked_prefill_size": 8192, "disable_radix_cache": False,
@@ -91,7 +93,7 @@ def sglang_app(*, model: str = "meta-llama/Llama-3.1-8B-Instruct", max_running_r
 
 
 def llamacpp_app(*, total_slots: int = 4, n_ctx: int = 4096) -> web.Application:
-    """llama.cpp's server: /props (slots, n_ctx, build_info), /v1/models (owned_by llamacpp), llamacpp:* metrics."""
+    """llama.cpp's server: /props (slots, n_ctx, build_info), /v1/models (owned_by llamacpp), metrics."""
     props = {"default_generation_settings": {"n_ctx": n_ctx, "params": {"n_predict": -1}},
              "total_slots": total_slots, "model_path": "/models/SmolLM2-135M-Instruct-Q8_0.gguf",
              "chat_template": "{{ messages }}", "build_info": "b6000-abcdef"}

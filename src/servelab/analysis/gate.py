@@ -12,7 +12,8 @@ Gated figures (each present in the baseline; one the candidate lacks fails):
   per successful task (lower, when a price was given).
 
 :func:`refusals` says why a pair must not be gated at all: an INVALID run, or an unfair pair (a different
-model or workload, or more than one other dimension differing; see :func:`servelab.analysis.compare.check_fair`).
+model or workload, or more than one other dimension differing; see
+:func:`servelab.analysis.compare.check_fair`).
 """
 
 from __future__ import annotations
@@ -45,7 +46,9 @@ class Figure:
         if self.name == "success_rate":
             started = _dig(summary, "sessions", "started")
             done = _dig(summary, "sessions", "completed")
-            return done / started if isinstance(started, int | float) and started and done is not None else None
+            if not isinstance(started, int | float) or not started or done is None:
+                return None
+            return done / started
         v = _dig(summary, *self.name.split("."))
         return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
@@ -53,7 +56,8 @@ class Figure:
 def figures(metrics: Sequence[str] = LATENCY_METRICS,
             percentiles: Sequence[float] = GATE_PERCENTILES) -> list[Figure]:
     """Every gated figure, latency first."""
-    out = [Figure(f"metrics.{m}.p{p:g}", f"{m} p{p:g}", "ms", True, "latency") for m in metrics for p in percentiles]
+    out = [Figure(f"metrics.{m}.p{p:g}", f"{m} p{p:g}", "ms", True, "latency")
+           for m in metrics for p in percentiles]
     out += [Figure("throughput.output_tokens_per_s", "output tokens/s", "tok/s", False, "throughput"),
             Figure("throughput.goodput_requests_per_s", "goodput", "req/s", False, "throughput"),
             Figure("task_ms.p95", "task_ms p95", "ms", True, "latency"),
@@ -109,7 +113,8 @@ def _fmt(v: float, unit: str) -> str:
 
 def check_regression(baseline: Mapping[Any, Any], candidate: Mapping[Any, Any],
                      max_regression: float | Mapping[str, float] = 0.1, *,
-                     metrics: Sequence[str] = LATENCY_METRICS, percentiles: Sequence[float] = GATE_PERCENTILES,
+                     metrics: Sequence[str] = LATENCY_METRICS,
+                     percentiles: Sequence[float] = GATE_PERCENTILES,
                      noise_floor: float = DEFAULT_NOISE_FLOOR) -> list[dict[str, Any]]:
     """Failures of ``candidate`` against ``baseline`` (empty list: no regression).
 
@@ -125,8 +130,8 @@ def check_regression(baseline: Mapping[Any, Any], candidate: Mapping[Any, Any],
     for level in sorted(base, key=lambda v: (v is None, v)):
         where = "" if level is None else f" at level {level:g}"
         if level not in cand:
-            fails.append({"level": level, "metric": "level", "baseline": None, "candidate": None, "change": None,
-                          "limit": 0.0, "message": f"the candidate has no run{where}"})
+            fails.append({"level": level, "metric": "level", "baseline": None, "candidate": None,
+                          "change": None, "limit": 0.0, "message": f"the candidate has no run{where}"})
             continue
         for fig in figures(metrics, percentiles):
             f = _gate_one(fig, base[level], cand[level], limits[fig.kind], noise_floor, where)

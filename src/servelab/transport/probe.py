@@ -86,8 +86,8 @@ class HttpProbe:
         bearer = _wire.bearer_from_env(options.api_key_env)
         self._headers = _wire.header_block(self.endpoint, dict(options.headers), bearer, "application/json")
         now = time.monotonic_ns if type(clock) is WallClock else clock.now
-        self._pool = Pool(self.endpoint, _wire.ssl_context(self.endpoint, options.verify_tls), options.connect_s,
-                          1, now)
+        tls = _wire.ssl_context(self.endpoint, options.verify_tls)
+        self._pool = Pool(self.endpoint, tls, options.connect_s, 1, now)
         self._model = options.model
         self._model_lock = asyncio.Lock()
         self._tokenize_style: str | None = None  # "vllm" | "llamacpp" | "none", once known
@@ -99,13 +99,14 @@ class HttpProbe:
         async with self._model_lock:
             if self._model is None:
                 status, _, raw = await self._get_or_raise(self.endpoint.path("/models"), "list models at")
+                fix = "set target.model (--model) to the name the server serves"
                 if not 200 <= status < 300:
                     raise TargetError(f"GET {self.options.url}/models answered HTTP {status}: "
-                                      f"{_wire.error_text(raw)}", hint="set target.model to the name the server serves")
+                                      f"{_wire.error_text(raw)}", hint=fix)
                 models = [e["id"] for e in model_entries(raw)]
                 if not models:
-                    raise TargetError(f"{self.options.url}/models lists no model, and target.model is not set",
-                                      hint="set target.model to the name the server serves")
+                    raise TargetError(f"{self.options.url}/models lists no model and target.model is unset",
+                                      hint=fix)
                 self._model = models[0]
         return self._model
 
@@ -180,7 +181,8 @@ class HttpProbe:
             return await self.call("GET", path, None)
         except (OSError, TimeoutError) as err:
             raise TargetError(f"cannot {what} {self.options.url}: {err or type(err).__name__}",
-                              hint="check that the server is up and the URL is right (it ends with /v1)") from err
+                              hint="check that the server is up and the URL is right (it ends with /v1)"
+                              ) from err
 
     async def call(self, method: str, path: str, body: bytes | None) -> tuple[int, dict[str, str], bytes]:
         """One small request read whole: (status, lower-cased headers, body)."""
@@ -224,7 +226,8 @@ def token_count(raw: bytes) -> int | None:
 
 
 def info_metrics(text: str) -> dict[str, dict[str, str]]:
-    """Labelled info series of a Prometheus page: ``{"vllm:cache_config_info": {"cache_dtype": "auto",...}}``."""
+    """Labelled info series of a Prometheus page:
+    ``{"vllm:cache_config_info": {"cache_dtype": "auto", ...}}``."""
     out: dict[str, dict[str, str]] = {}
     for line in text.splitlines():
         m = _INFO_LINE.match(line.strip())
@@ -274,7 +277,8 @@ def engine_facts(entries: Sequence[Mapping[str, Any]], answers: Mapping[str, byt
 def _llamacpp_props(props: Mapping[str, Any]) -> dict[str, Any]:
     """llama.cpp's /props: slots, context per slot, model file, build."""
     gen = props.get("default_generation_settings")
-    out = {k: props[k] for k in ("total_slots", "model_path", "build_info", "chat_template_caps") if k in props}
+    keys = ("total_slots", "model_path", "build_info", "chat_template_caps")
+    out = {k: props[k] for k in keys if k in props}
     if isinstance(gen, dict):
         if "n_ctx" in gen:
             out["n_ctx"] = gen["n_ctx"]

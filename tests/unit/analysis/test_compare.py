@@ -170,14 +170,15 @@ def test_throughput_interval_by_hand():
     assert np.mean(reps == 40.0) == pytest.approx(0.5, abs=0.03)
     lo, hi = np.percentile(reps, [2.5, 97.5])
     assert (lo, hi) == (20.0, 60.0)
-    # Closed loop where each request streams 10 tok/s of its own time: 10 tokens in 1 s, 30 in 3 s; window 1 s,
-    # busy 4 s in all. {a,a}: 20 tok over 1*2/4 = 0.5 s -> 40; {b,b}: 60 over 1.5 s -> 40; {a,b}: 40 over 1 s.
+    # Closed loop where each request streams 10 tok/s of its own time: 10 tokens in 1 s, 30 in 3 s;
+    # window 1 s, busy 4 s in all. {a,a}: 20 tok over 1*2/4 = 0.5 s -> 40; {b,b}: 60 over 1.5 s -> 40; {a,b}: 40 over 1 s.
     # Every replicate is 40: the figure is set by the per-request rate, not by which requests were drawn.
     t = RateSample(np.array([10.0, 30.0]), np.array([1.0, 3.0]), 1.0, closed=True)
     assert np.allclose(rate_replicates(t, resamples=400, rng=np.random.default_rng(1)), 40.0)
     # Open loop: the window is the schedule's, fixed: {10,10} -> 20, {30,30} -> 60, whatever the busy time.
     o = RateSample(np.array([10.0, 30.0]), np.array([1.0, 3.0]), 1.0, closed=False)
-    assert set(np.unique(rate_replicates(o, resamples=400, rng=np.random.default_rng(2)))) == {20.0, 40.0, 60.0}
+    reps = rate_replicates(o, resamples=400, rng=np.random.default_rng(2))
+    assert set(np.unique(reps)) == {20.0, 40.0, 60.0}
     same = rate_diff_ci(s, s, resamples=400, rng=np.random.default_rng(3))
     assert same["diff"] == 0 and same["lo"] < 0 < same["hi"]
 
@@ -207,4 +208,5 @@ def test_a_sweeps_server_command_line_is_a_fact():
     assert f["batch_policy"] == "64" and f["quantization"] == "bfloat16"
     with pytest.raises(ComparisonError) as e:
         check_fair([a, b])
-    assert "batch policy (64 vs 256)" in str(e.value) and "quantization / dtype (bfloat16 vs float16)" in str(e.value)
+    assert "batch policy (64 vs 256)" in str(e.value)
+    assert "quantization / dtype (bfloat16 vs float16)" in str(e.value)

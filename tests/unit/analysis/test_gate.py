@@ -72,7 +72,8 @@ def test_noise_floor():
     base = _sum(100.0, 10.0)
     tiny = _sum(100.06, 10.0)  # +0.06%
     assert check_regression(base, tiny, 0.0) == []  # the default 2% floor
-    assert len(check_regression(base, tiny, 0.0, noise_floor=0.0)) == 6  # TTFT and e2e at 3 percentiles, +0.06%
+    # Without the floor: TTFT and e2e at 3 percentiles, each +0.06%.
+    assert len(check_regression(base, tiny, 0.0, noise_floor=0.0)) == 6
     over = check_regression(base, _sum(103.0, 10.0), 0.0)
     assert over and over[0]["message"].endswith("(+3.0%, limit +0%, noise floor 2%)")
     with pytest.raises(ConfigError):
@@ -98,7 +99,8 @@ def test_refusals():
     # One engine fact differing is what a gate is for (a new version, one flag)...
     assert refusals(_side("a", ok, max_num_seqs=256), _side("b", ok, max_num_seqs=64)) == []
     # ...two are not.
-    two = refusals(_side("a", ok, max_num_seqs=256, dtype="bf16"), _side("b", ok, max_num_seqs=64, dtype="fp8"))
+    two = refusals(_side("a", ok, max_num_seqs=256, dtype="bf16"),
+                   _side("b", ok, max_num_seqs=64, dtype="fp8"))
     assert len(two) == 1 and "2 dimensions" in two[0] and "batch policy" in two[0]
     other_load = _side("b", ok)
     other_load["manifest"] = copy.deepcopy(other_load["manifest"])

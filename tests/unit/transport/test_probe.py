@@ -25,7 +25,8 @@ async def _describe(app: web.Application, **opts) -> dict:
 async def test_vllm_facts():
     f = await _describe(vllm_app(max_model_len=16384, cache_dtype="fp8_e5m2"))
     assert f["engine"] == "vllm" and f["version"] == "0.10.1"
-    assert f["models"] == ["meta-llama/Llama-3.1-8B-Instruct"] and f["model"] == "meta-llama/Llama-3.1-8B-Instruct"
+    model = "meta-llama/Llama-3.1-8B-Instruct"
+    assert f["models"] == [model] and f["model"] == model
     assert f["max_model_len"] == {"meta-llama/Llama-3.1-8B-Instruct": 16384} and f["max_context_len"] == 16384
     assert f["info_metrics"]["vllm:cache_config_info"]["cache_dtype"] == "fp8_e5m2"
     assert f["server_header"] == "uvicorn"
