@@ -7,18 +7,27 @@ from typing import Annotated
 import typer
 
 Target = Annotated[str | None, typer.Option(help="OpenAI-compatible base URL (http://127.0.0.1:8000/v1) or a "
-                                            "simulator: sim, sim:MODEL@COUNTxHW[,k=v...], sim:FILE.yaml.")]
+                                            "simulator: sim:MODEL@COUNTxHW[,k=v...], sim:FILE.yaml (plain sim: "
+                                            "a tiny test model).", show_default="sim:llama-3.1-8b@1xh100",
+                                            metavar="URL|SIM")]
 Model = Annotated[str | None, typer.Option(help="Model name (default: the first the server lists).")]
-Api = Annotated[str | None, typer.Option(help="chat or completions.")]
-Concurrency = Annotated[int | None, typer.Option(help="Closed loop: concurrent users.")]
-Rate = Annotated[float | None, typer.Option(help="Open loop: requests per second.")]
-Arrival = Annotated[str | None, typer.Option(help="poisson, gamma or constant.")]
-Burstiness = Annotated[float | None, typer.Option(help="Gamma shape (1 = Poisson, <1 burstier).")]
-Requests = Annotated[int | None, typer.Option(help="Requests to send.")]
-Duration = Annotated[float | None, typer.Option(help="Seconds to send for.")]
-Warmup = Annotated[int | None, typer.Option(help="First N requests excluded from figures.")]
-InputTokens = Annotated[int | None, typer.Option(help="Prompt tokens per request.")]
-OutputTokens = Annotated[int | None, typer.Option(help="Output tokens (max_tokens) per request.")]
+Api = Annotated[str | None, typer.Option(help="chat or completions.", show_default="chat", metavar="API")]
+Concurrency = Annotated[int | None, typer.Option(help="Closed loop: concurrent users.",
+                                                  show_default="16 when no --rate", metavar="N")]
+Rate = Annotated[float | None, typer.Option(help="Open loop: requests per second.", metavar="REQ/S")]
+Arrival = Annotated[str | None, typer.Option(help="Open-loop arrivals: poisson, gamma or constant.",
+                                              show_default="poisson", metavar="KIND")]
+Burstiness = Annotated[float | None, typer.Option(help="Gamma shape (1 = Poisson, <1 burstier).", show_default="1",
+                                                   metavar="SHAPE")]
+Requests = Annotated[int | None, typer.Option(help="Requests to send.", show_default="200 unless --duration",
+                                               metavar="N")]
+Duration = Annotated[float | None, typer.Option(help="Seconds to send for.", metavar="S")]
+Warmup = Annotated[int | None, typer.Option(help="First N requests excluded from figures.", show_default="0",
+                                             metavar="N")]
+InputTokens = Annotated[int | None, typer.Option(help="Prompt tokens per request.", show_default="1024",
+                                                  metavar="TOKENS")]
+OutputTokens = Annotated[int | None, typer.Option(help="Output tokens (max_tokens) per request.",
+                                                   show_default="256", metavar="TOKENS")]
 IgnoreEos = Annotated[bool | None, typer.Option("--ignore-eos", help="Force output lengths.")]
 Stream = Annotated[bool | None, typer.Option("--stream/--no-stream", help="Stream responses (SSE).")]
 ApiKeyEnv = Annotated[str | None, typer.Option(help="Env var holding the API key (never stored).")]
@@ -34,10 +43,12 @@ SloTtft = Annotated[float | None, typer.Option(help="Goodput SLO on TTFT, ms.")]
 SloItl = Annotated[float | None, typer.Option(help="Goodput SLO on mean ITL, ms.")]
 SloTpot = Annotated[float | None, typer.Option(help="Goodput SLO on TPOT, ms.")]
 SloE2e = Annotated[float | None, typer.Option(help="Goodput SLO on end-to-end latency, ms.")]
-Seed = Annotated[int | None, typer.Option(help="Seed: same seed, same requests.")]
-Out = Annotated[str | None, typer.Option(help="Directory in which the run directory is created.")]
+Seed = Annotated[int | None, typer.Option(help="Seed: same seed, same requests.", show_default="0", metavar="N")]
+Out = Annotated[str | None, typer.Option(help="Directory in which the run directory is created.",
+                                          show_default="runs", metavar="DIR")]
 Name = Annotated[str | None, typer.Option(help="Run name (part of the directory name).")]
-ConfigFile = Annotated[str | None, typer.Option("--config", help="YAML config file.")]
+ConfigFile = Annotated[str | None, typer.Option("--config", help="YAML config file (keys: docs/config.md; "
+                                                 "`servelab config init` writes one).", metavar="FILE")]
 JsonOut = Annotated[bool, typer.Option("--json", help="Print the JSON result instead of the table.")]
 Report = Annotated[bool, typer.Option("--report/--no-report", help="Write report.html.")]
 Workers = Annotated[str | None, typer.Option(help="Worker processes that drive the load together: N, or auto "

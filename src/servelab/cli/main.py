@@ -40,7 +40,7 @@ err_console = Console(stderr=True)
 # Command modules: each has ``register(app)`` (top-level commands) or ``app`` (a sub-command group).
 _COMMANDS = ("run_cmd", "show_cmd", "profiles_cmd", "replay_cmd", "sweep_cmd", "compare_cmd", "report_cmd",
              "accuracy_cmd", "gateway_cmd")
-_GROUPS = (("sim_cmd", "sim"), ("trace_cmd", "trace"))
+_GROUPS = (("sim_cmd", "sim"), ("trace_cmd", "trace"), ("config_cmd", "config"))
 
 
 def _register() -> None:
@@ -54,6 +54,7 @@ def _register() -> None:
 
 try:
     _register()
+    importlib.import_module("servelab.cli.help").polish(app)
 except KeyboardInterrupt:  # pragma: no cover - timing dependent
     sys.stderr.write("interrupted\n")
     raise SystemExit(130) from None

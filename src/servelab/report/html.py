@@ -18,16 +18,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
-from servelab.analysis.advice import advise, collect_evidence
 from servelab.analysis.attribution import request_attribution, session_attribution
 from servelab.analysis.compare import request_samples
 from servelab.errors import RunDirError
 from servelab.records.rundir import RunData, read_run
 from servelab.report import plots
+from servelab.report.html_advice import advice_section, comparison_section, cost_section
+from servelab.report.html_charts import (
+    client_section,
+    pareto_section,
+    runs_pareto_series,
+    server_section,
+    sweep_pareto_series,
+    timeline_section,
+)
 from servelab.report.html_page import Page, esc, get, num, table
+from servelab.report.html_run import banner, errors_section, headline, key_figures, task_block
 from servelab.report.html_sweep import (
     Group,
     axis_of,
@@ -35,7 +43,10 @@ from servelab.report.html_sweep import (
     knee_section,
     points_table,
     scaling_section,
+    sweep_banner,
+    sweep_errors,
     sweep_groups,
+    sweep_headline,
     sweep_verdict,
     verdict_html,
 )
@@ -58,60 +69,12 @@ class SweepData:
 # -- words --------------------------------------------------------------------------------------------
 
 
-def _target_words(manifest: Mapping[str, Any]) -> str:
-    t = manifest.get("target") or {}
-    model = t.get("model") or _get(manifest, "config", "target", "model") or "the model"
-    where = t.get("engine") or _get(manifest, "config", "target", "url") or "the target"
-    ver = f" {t['version']}" if t.get("version") else ""
-    hw = _get(t, "deployment", "hardware") or t.get("hardware")
-    gpus = _get(t, "deployment", "gpus")
-    on = f" on {gpus} x {hw}" if hw and gpus else f" on {hw}" if hw else ""
-    return f"{model} served by {where}{ver}{on}"
-
-
 def run_verdict(summary: Mapping[str, Any], manifest: Mapping[str, Any]) -> tuple[str, bool]:
-    """Plain-words verdict of one run, and whether the figures are valid."""
-    req = summary.get("requests") or {}
-    failed = sum((req.get("failed") or {}).values())
-    tp = _get(summary, "throughput", "output_tokens_per_s")
-    ttft = _get(summary, "metrics", "ttft_ms") or {}
-    e2e = _get(summary, "metrics", "e2e_ms") or {}
-    load = _get(manifest, "config", "load") or {}
-    how = (f"at {load['rate']:g} requests/s" if load.get("rate") else
-           f"with {load['concurrency']} concurrent users" if load.get("concurrency") else "")
-    words = [f"{_target_words(manifest)} {how}: {req.get('ok', 0):,} of {req.get('sent', 0):,} requests "
-             f"succeeded" + (f", {failed:,} failed" if failed else "") + "."]
-    if tp is not None:
-        words.append(f"Output throughput {_n(tp)} tokens/s.")
-    if ttft.get("p50") is not None:
-        words.append(f"Time to first token: median {_n(ttft['p50'])} ms, p99 {_n(ttft.get('p99'))} ms; "
-                     f"end-to-end median {_n(e2e.get('p50'))} ms, p99 {_n(e2e.get('p99'))} ms.")
-    good = summary.get("goodput") or {}
-    if good.get("slo") and good.get("fraction") is not None:
-        words.append(f"{good['fraction']:.1%} of requests met the SLO.")
-    cost = _get(summary, "cost", "per_successful_task")
-    if cost is not None:
-        words.append(f"Cost per successful task: ${cost:,.4f}.")
-    valid = summary.get("valid", True) is not False
-    if not valid:
-        words.append("These figures are not valid: " + "; ".join(map(str, summary.get("invalid_reasons") or [])) + ".")
-    return " ".join(words), valid
+    """The headline sentence of one run, and whether the figures are valid."""
+    return headline(summary, manifest), summary.get("valid", True) is not False
 
 
 # -- sections -----------------------------------------------------------------------------------------
-
-
-def _key_figures(page: _Page, summary: Mapping[str, Any]) -> None:
-    page.h2("Key figures")
-    rows = []
-    for m in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "queue_ms"):
-        s = _get(summary, "metrics", m)
-        if s:
-            rows.append([m, _n(s.get("mean")), _n(s.get("p50")), _n(s.get("p90")), _n(s.get("p95")),
-                         _n(s.get("p99")), _n(s.get("max")), _n(s.get("n"), "{:,}")])
-    page.add(_table(["metric (ms)", "mean", "p50", "p90", "p95", "p99", "max", "n"], rows))
-    tp = summary.get("throughput") or {}
-    page.add(_table(["throughput", "value"], [[k, _n(v, "{:,.2f}")] for k, v in tp.items()]))
 
 
 def _distributions(page: _Page, run: RunData, label: str) -> None:
@@ -156,28 +119,6 @@ def _sessions(page: _Page, run: RunData) -> None:
         page.image("sessions", "session timeline", lambda p: plots.session_timeline(rows, p, total_sessions=total))
 
 
-def _telemetry(page: _Page, tel: pa.Table | None) -> None:
-    if tel is None or tel.num_rows == 0:
-        return
-    d = tel.select(["t_ns", "name", "value"]).to_pydict()
-    by: dict[str, dict[int, float]] = {}
-    for t, name, v in zip(d["t_ns"], d["name"], d["value"], strict=True):
-        if name is not None and v is not None:
-            by.setdefault(name, {}).setdefault(t, 0.0)
-            by[name][t] += float(v)  # several label sets (GPUs, engines): the total at each instant
-    prefer = ("requests_running", "requests_waiting", "kv_cache_usage", "gpu_utilization")
-    names = [n for n in prefer if n in by] or sorted(by)[:4]
-    if not names:
-        return
-    t_min = min(min(by[n]) for n in names)
-    series = {}
-    for n in names:
-        ts = sorted(by[n])
-        series[n] = (np.array([(t - t_min) / 1e9 for t in ts]), np.array([by[n][t] for t in ts]))
-    page.h2("Server metrics over time")
-    page.image("telemetry", "server metrics over time", lambda p: plots.telemetry_plot(series, p))
-
-
 def _attribution(page: _Page, run: RunData) -> None:
     attr = request_attribution(run.requests)
     page.h2("Where the slow requests spend their time")
@@ -195,44 +136,6 @@ def _attribution(page: _Page, run: RunData) -> None:
                              for c in sa["components"]]))
 
 
-def _advice(page: _Page, run: RunData, sweep: Mapping[str, Any] | None) -> None:
-    facts = collect_evidence(run.manifest, run.summary, run.requests, run.sessions, sweep)
-    page.h2("Advice, with its evidence")
-    for a in advise(facts):
-        cls = a["verdict"].replace(" ", "-")
-        page.add(f'<p><b>{_e(a["rule"])}</b> <span class="tag {_e(cls)}">{_e(a["verdict"])}</span> '
-                 f'<span class="muted">{_e(a["why"])}</span></p>')
-        page.add(_table(["fact", "value", "test", "holds", "source"],
-                        [[e["label"], _n(e["value"], "{:,.3g}") if isinstance(e["value"], float) else e["value"],
-                          e["test"], {True: "yes", False: "no", None: "-"}[e["holds"]], e["source"]]
-                         for e in a["evidence"]]))
-
-
-def _cost(page: _Page, summary: Mapping[str, Any]) -> None:
-    cost = summary.get("cost")
-    if not isinstance(cost, Mapping) or not cost:
-        return
-    page.h2("Cost per successful task")
-    page.add(_table(["item", "value"], [[k, _n(v, "{:,.4f}") if isinstance(v, float) else v]
-                                        for k, v in cost.items()]))
-
-
-def _comparison(page: _Page, comparison: Mapping[str, Any] | None) -> None:
-    if not comparison:
-        return
-    names = comparison.get("names") or ["A", "B"]
-    page.h2("Comparison")
-    if comparison.get("diff"):
-        page.add(_table(["dimension", *names, "status"],
-                        [[r["label"], *[v if v is not None else "not recorded" for v in r["values"]], r["status"]]
-                         for r in comparison["diff"]]))
-    if comparison.get("figures"):
-        page.add(_table(["figure", names[0], names[1], "difference", "95% CI", "verdict"],
-                        [[r["figure"], _n(r["a"], "{:,.2f}"), _n(r["b"], "{:,.2f}"), _n(r["diff"], "{:+,.2f}"),
-                          f"[{_n(r['lo'], '{:+,.2f}')}, {_n(r['hi'], '{:+,.2f}')}]", r["verdict"]]
-                         for r in comparison["figures"]]))
-
-
 def _config(page: _Page, obj: Any) -> None:
     page.h2("Full configuration")
     page.add(f"<pre>{_e(json.dumps(obj, indent=2, sort_keys=True, default=str))}</pre>")
@@ -241,48 +144,83 @@ def _config(page: _Page, obj: Any) -> None:
 # -- entry points -------------------------------------------------------------------------------------
 
 
+def _hook(module: str, fn: str) -> Any:
+    """A section another module may provide (``report.evidence``, ``report.sweep_table``), or None."""
+    import importlib
+
+    try:
+        return getattr(importlib.import_module(f"servelab.report.{module}"), fn, None)
+    except ImportError:
+        return None
+
+
 def _run_sections(page: _Page, run: RunData, label: str = "", sweep: Mapping[str, Any] | None = None) -> None:
+    """The evidence under a run's answer: distributions, timelines, metrics over time, attribution, advice."""
     _distributions(page, run, label)
+    timeline_section(page, run)
+    client_section(page, run)
     _sessions(page, run)
-    _telemetry(page, run.telemetry)
+    server_section(page, run.telemetry)
+    if (server_evidence := _hook("evidence", "evidence_section")) is not None:
+        server_evidence(page, run)
     _attribution(page, run)
-    _advice(page, run, sweep)
-    _cost(page, run.summary)
+    advice_section(page, run, sweep)
+    cost_section(page, run.summary)
+
+
+def _top(page: _Page, title: str, words: str, banner_html: str) -> None:
+    page.add(f"<h1>{_e(title)}</h1>")
+    page.add(f'<p class="headline" id="headline">{_e(words)}</p>')
+    page.add(banner_html)
+
+
+def _write_sweep(page: _Page, source: SweepData, title: str, comparison: Mapping[str, Any] | None) -> None:
+    groups = sweep_groups(source.state)
+    slo_res, sweep_ev = group_slo(source.state, groups)
+    _top(page, title, sweep_headline(source.state, source.runs), sweep_banner(source.state))
+    page.add(verdict_html(source.state, slo_res))
+    comparison_section(page, comparison)
+    knee_section(page, source.state, groups)
+    if (decision := _hook("sweep_table", "decision_html")) is not None:
+        page.add(decision(source.state))
+    pareto_section(page, sweep_pareto_series(source.state, source.runs, groups, axis_of(source.state)))
+    page.h2("Every point")
+    points_table(page, source.state)
+    scaling_section(page, source.state)
+    sweep_errors(page, source.state)
+    run, label = _representative(source, groups)
+    if run is not None:
+        _run_sections(page, run, label, sweep_ev)
+    _config(page, {"sweep": {k: v for k, v in source.state.items() if k != "points"},
+                   "representative_run": run.manifest if run else None})
+
+
+def _write_run(page: _Page, source: RunData, title: str, comparison: Mapping[str, Any] | None) -> None:
+    extra = [] if source.complete else ["the run did not finish: figures come from its journals"]
+    _top(page, title, headline(source.summary, source.manifest), banner(source.summary, extra))
+    comparison_section(page, comparison)
+    if comparison and comparison.get("runs"):
+        pareto_section(page, runs_pareto_series(comparison["runs"]))
+    task_block(page, source.summary)
+    key_figures(page, source.summary)
+    errors_section(page, source.summary, source.requests)
+    _run_sections(page, source)
+    _config(page, source.manifest)
 
 
 def write_report(source: RunData | SweepData, out_path: str | Path, *, comparison: Mapping[str, Any] | None = None,
                  title: str | None = None) -> Path:
-    """Write the report of a run or a sweep to ``out_path`` (PNGs beside it); returns the path."""
+    """Write the report of a run or a sweep to ``out_path`` (charts inline, PNG copies beside it)."""
     out = Path(out_path)
     page = _Page(out)
     if isinstance(source, SweepData):
         title = title or f"servelab sweep: {source.path.name}"
-        page.add(f"<h1>{_e(title)}</h1>")
-        groups = sweep_groups(source.state)
-        slo_res, sweep_ev = group_slo(source.state, groups)
-        page.add(verdict_html(source.state, slo_res))
-        knee_section(page, source.state, groups)
-        points_table(page, source.state)
-        scaling_section(page, source.state)
-        run, label = _representative(source, groups)
-        if run is not None:
-            _run_sections(page, run, label, sweep_ev)
-        _comparison(page, comparison)
-        _config(page, {"sweep": {k: v for k, v in source.state.items() if k != "points"},
-                       "representative_run": run.manifest if run else None})
+        _write_sweep(page, source, title, comparison)
     else:
-        title = title or f"servelab run: {source.path.name}"
-        words, valid = run_verdict(source.summary, source.manifest)
-        page.add(f"<h1>{_e(title)}</h1>")
-        page.add(f'<div class="verdict{"" if valid else " bad"}" id="verdict">{_e(words)}</div>')
-        for w in source.summary.get("warnings") or []:
-            page.add(f'<p class="warn">{_e(w)}</p>')
-        if not source.complete:
-            page.add('<p class="warn">This run did not finish: figures come from its journals.</p>')
-        _key_figures(page, source.summary)
-        _run_sections(page, source)
-        _comparison(page, comparison)
-        _config(page, source.manifest)
+        title = title or (f"servelab comparison: {' vs '.join(map(str, comparison['names'][:2]))}"
+                          if comparison and comparison.get("names") else f"servelab run: {source.path.name}")
+        _write_run(page, source, title, comparison)
+    page.footer()
     out.write_text(page.render(title), encoding="utf-8")
     return out
 

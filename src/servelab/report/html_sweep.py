@@ -285,3 +285,80 @@ def verdict_html(state: Mapping[str, Any], slo_results: Sequence[tuple[str, Mapp
     inner = f"<p>{esc(sweep_verdict(state, slo_results))}</p>" + "".join(
         f'<p class="alarm"><b>{esc(a)}</b></p>' for a in alarms)
     return f'<div class="verdict{" bad" if alarms else ""}" id="verdict">{inner}</div>'
+
+
+# -- headline, banner, errors (the top of the sweep report) ---------------------------------------------
+
+
+def sweep_headline(state: Mapping[str, Any], runs: Mapping[str, Any]) -> str:
+    """What was swept, on what, and the answer: '<target>, <workload>: swept concurrency 1-256 (9 points);
+    knee at 64; peak 12,300 output tokens/s at 128.'"""
+    from servelab.report.words import target_words, workload_words
+
+    axis, groups = axis_of(state), sweep_groups(state)
+    first = next(iter(runs.values()), None)
+    cfg = get(first.manifest, "config") or {} if first is not None else state.get("base_config") or {}
+    what = target_words(first.manifest) if first is not None else str(get(state, "base_config", "target", "url")
+                                                                        or "the target")
+    levels = sorted({p["level"] for g in groups for p in g.points})
+    span = f"{levels[0]:g} to {levels[-1]:g}" if levels else "-"
+    pts = state.get("points") or []
+    ok = sum(1 for p in pts if p.get("status") == "ok")
+    words = [f"{what}, {workload_words(cfg)}: swept {axis} {span} ({ok} of {len(pts)} points measured"
+             + (f", {len(groups)} groups" if len(groups) > 1 else "") + ")"]
+    for g in groups[:4]:
+        k = g.knee or {}
+        lead = f"{g.label}: " if len(groups) > 1 and g.label else ""
+        if k.get("level") is not None:
+            words.append(f"{lead}knee at {axis} {k['level']:g}")
+        elif k.get("beyond"):
+            words.append(f"{lead}no knee up to {axis} {k['low']:g} (still scaling)")
+        else:
+            words.append(f"{lead}no knee found")
+    tps = [(_tput(p), p) for g in groups for p in g.points if _tput(p) is not None]
+    if tps:
+        best, bp = max(tps, key=lambda t: t[0])
+        from servelab.report.words import sig
+
+        words.append(f"peak {sig(best)} output tokens/s at {axis} {bp['level']:g}")
+    return "; ".join(words) + "."
+
+
+def sweep_banner(state: Mapping[str, Any]) -> str:
+    """VALID when every point ran and its figures are valid; else INVALID, naming the points and why."""
+    bad = []
+    for p in state.get("points") or []:
+        label = params_words(p.get("params")) or str(p.get("key"))
+        if p.get("status") == "failed":
+            bad.append(f"{label}: failed ({p.get('error') or 'no reason recorded'})")
+        elif p.get("status") == "ok" and get(p, "summary", "valid") is False:
+            why = "; ".join(map(str, get(p, "summary", "invalid_reasons") or [])) or "invalid"
+            bad.append(f"{label}: {why}")
+    n = len(state.get("points") or [])
+    if not bad:
+        return (f'<div class="banner ok" id="validity"><b>VALID</b>: all {n} points ran and each one\'s figures '
+                "are valid.</div>")
+    items = "".join(f"<li>{esc(b)}</li>" for b in bad[:20])
+    more = f"<li>... and {len(bad) - 20} more</li>" if len(bad) > 20 else ""
+    return (f'<div class="banner bad" id="validity"><b>INVALID</b>: {len(bad)} of {n} points are failed or '
+            f"invalid; the knee and peak use the valid ones.<ul>{items}{more}</ul></div>")
+
+
+def sweep_errors(page: Page, state: Mapping[str, Any]) -> None:
+    """Failed requests of every point by status and HTTP code, with a sample message."""
+    from servelab.report.words import count, name
+
+    rows = []
+    for p in state.get("points") or []:
+        err = get(p, "summary", "errors") or {}
+        codes = ", ".join(f"HTTP {k}: {count(v)}" for k, v in (err.get("by_http_status") or {}).items())
+        by = ", ".join(f"{name(k)} {count(v)}" for k, v in (err.get("by_status") or {}).items() if v)
+        top = (err.get("top") or [[""]])[0]
+        if by:
+            rows.append([params_words(p.get("params")), by, codes or "-", str(top[0])[:200] if top else ""])
+    page.add('<h2 id="errors">Errors</h2>')
+    if not rows:
+        page.add("<p>None: every measured request of every point succeeded or was cancelled by the run's end.</p>")
+        return
+    page.add(table(["point", "by status", "HTTP codes", "sample message"], rows, left=3, left_last=True,
+                   csv_name="errors"))

@@ -25,14 +25,20 @@ def test_run_report_is_self_contained_and_escaped(tmp_path):
     out = write_run_report(d)
     page = out.read_text()
     assert out == d / "report.html"
-    assert 'id="verdict"' in page and "requests succeeded" in page
+    assert 'id="headline"' in page and "requests succeeded" in page and 'id="validity"' in page
     assert EVIL not in page and "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in page
     _no_active_content(page)
-    for name in ("ttft", "itl", "sessions", "telemetry", "attribution"):
+    names = ("ttft", "itl", "timeline", "sessions", "telemetry", "attribution")
+    # 24 requests make 6 time bins: said in words, not drawn as a ramp
+    assert "client metrics over time: too few samples to draw (6;" in page
+    for name in names:
         assert f'id="{name}"' in page
         assert (d / f"report-{name}.png").stat().st_size > 1000
-    assert page.count("data:image/png;base64,") == 5
+    assert page.count("data:image/png;base64,") == len(names)
     assert "Full configuration" in page and "ttft_ms" in page
+    # reading order: headline, validity, the answer, errors, then the evidence
+    order = [page.index(x) for x in ('id="headline"', 'id="validity"', "Key figures", 'id="errors"', 'id="ttft"')]
+    assert order == sorted(order)
 
 
 def test_run_verdict_words_and_invalid_runs():
@@ -41,8 +47,10 @@ def test_run_verdict_words_and_invalid_runs():
                "valid": False, "invalid_reasons": ["schedule lag p99 40 ms > 10 ms"]}
     words, valid = run_verdict(summary, {"config": {"load": {"rate": 4.0}}, "target": {"model": "m"}})
     assert not valid
-    assert "at 4 requests/s: 8 of 10 requests succeeded, 2 failed." in words
-    assert "median 40.0 ms, p99 90.0 ms" in words and "not valid: schedule lag" in words
+    assert "m (real endpoint), open loop, 4 requests/s (poisson)" in words
+    assert "8 of 10 requests succeeded (2 failed); 12.5 output tokens/s" in words
+    assert "time to first token p50 40 ms, p99 90 ms; end-to-end p50 400 ms." in words
+    assert "{" not in words and "'" not in words  # no Python repr
 
 
 def test_sweep_report_knee_and_size(sweep_dir):
@@ -72,8 +80,9 @@ def test_comparison_table(tmp_path, sweep_dir):
     comp = {"names": ["c=2", "c=8"], "diff": manifest_diff([a.manifest, b.manifest]),
             "figures": compare_figures(a.requests, b.requests, resamples=200)}
     page = write_report(a, tmp_path / "c.html", comparison=comp).read_text()
-    assert "<h2>Comparison</h2>" in page and "concurrency levels" in page
-    assert re.search(r"ttft_ms p50</td>.*?worse</td>", page)
+    assert '<h2 id="comparison">Comparison</h2>' in page and "concurrency levels" in page
+    assert re.search(r"time to first token p50 \(ms\)</td>.*?worse</td>", page)
+    assert page.index('id="comparison"') < page.index("Key figures")  # the comparison comes first
 
 
 def test_missing_directories_raise(tmp_path):
@@ -161,7 +170,9 @@ def test_scaling_chart_table_and_sentence(tmp_path):
     peak_rows = re.findall(r'<tr><td class="l">(\d)</td><td class="">16</td>.*?<td class="">(\d+%)</td>'
                            r'<td class="">(bend)?</td></tr>', page)
     assert peak_rows == [("1", "100%", ""), ("2", f"{eff[2]:.0%}", "bend"), ("4", f"{eff[4]:.0%}", "")]
-    assert page.count("<td class=\"l\">4</td>") == 1 + 5  # its peak row, one efficiency row per level
+    scaling = page[page.index("Scaling efficiency across node counts"):]
+    scaling = scaling[:scaling.index("<h2", 10)]
+    assert scaling.count("<td class=\"l\">4</td>") == 1 + 5  # its peak row, one efficiency row per level
     assert page.index("Scaling efficiency across node counts") > page.index('id="knee"')
 
 

@@ -30,7 +30,8 @@ def _render(summary, **kw):
 
 
 def test_render_contains_the_figures():
-    cfg = RunConfig.model_validate({"slo": {"ttft_ms": 25}, "percentiles": [50, 99.9]})
+    cfg = RunConfig.model_validate({"slo": {"ttft_ms": 25}, "percentiles": [50, 99.9], "load": {"concurrency": 1},
+                                   "validity": {"max_error_rate": 0.2}})
     s = build_summary(_records(), cfg, started_ns=0, ended_ns=2000 * MS)
     text = _render(s, title="my run")
     assert "my run" in text
