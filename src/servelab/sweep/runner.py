@@ -164,12 +164,17 @@ def _run_parallel(sweep_dir: Path, spec: SweepSpec, points: list[Point], configs
         say(f"[{i + 1}/{len(points)}] {points[i].key}: {entry['status']} in {entry.get('wall_s', 0):.1f} s")
         st.save(sweep_dir, state)
 
-    run_points(work, _run_point, (sweep_dir,), parallel=max(1, spec.parallel), ray_address=spec.ray_address,
+    run_points(work, run_point_task, (sweep_dir, spec), parallel=max(1, spec.parallel), ray_address=spec.ray_address,
                on_done=on_done, out_of_budget=out_of_budget)
     for i, p in enumerate(points):
         if state["points"][i]["status"] == "pending" and out_of_budget():
             state["points"][i] = _entry(p, "skipped", error="time budget exhausted")
     st.save(sweep_dir, state)
+
+
+def run_point_task(sweep_dir: Path, spec: SweepSpec, p: Point, cfg: RunConfig, slot: int) -> dict[str, Any]:
+    """A point as a task of its own (a worker process or a Ray task)."""
+    return _run_point(sweep_dir, p, cfg, spec, slot)
 
 
 def _entry(p: Point, status: str, **kw: Any) -> dict[str, Any]:
