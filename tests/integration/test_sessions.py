@@ -265,7 +265,11 @@ def test_shipped_profiles_run_end_to_end_on_virtual_time(name):
                                                   texts=texts) for i in range(8)))
 
     out = clock.run(main)
-    assert all(s.status in ("ok", "failed", "timed_out") for s in out)
+    # The twin never fails and every shipped profile retries its (seeded) tool failures: every task ends ok,
+    # every model request is a turn (none was retried), every retry is a tool retry.
+    assert [s.status for s in out] == ["ok"] * 8, [s.error for s in out]
+    assert all(s.requests == s.turns and s.retries == s.tool_failures for s in out)
+    assert sum(s.tool_failures for s in out) > 0 or name == "chat"  # the profiles' tools do fail sometimes
     assert sum(s.requests for s in out) == len(records) == len({r.request_id for r in records})
     for s in out:  # every model request resent a context at least as long as the one before
         est = [r.usage_prompt_tokens for r in records if r.session_id == s.session_id]
