@@ -148,7 +148,7 @@ def execute(
     created = run_dir is None
     spec, manifest, warnings = plan_run(cfg, argv=argv, run_dir=run_dir, manifest_extra=manifest_extra, executor=ex)
     live = LiveStats(cfg.load.mode)
-    with _progress_display(progress, live):
+    with _progress_display(progress, live, cfg):
         try:
             shards = _drive_all(spec, ex, live, manifest)
         except BaseException:
@@ -165,18 +165,13 @@ def execute(
 
 
 @contextlib.contextmanager
-def _progress_display(enabled: bool, live: LiveStats):
+def _progress_display(enabled: bool, live: LiveStats, cfg: RunConfig):
     if not enabled:
         yield
         return
-    from rich.console import Console
-    from rich.live import Live
+    from servelab.report.progress import progress_display
 
-    from servelab.report.terminal import progress_line
-
-    console = Console(stderr=True)
-    if not console.is_terminal:
-        yield
-        return
-    with Live(get_renderable=lambda: progress_line(live), console=console, refresh_per_second=4, transient=True):
+    limits = cfg.limits
+    with progress_display(live, requests=None if cfg.is_agent else limits.requests, duration_s=limits.duration_s,
+                          label="agent run" if cfg.is_agent else "run"):
         yield

@@ -69,6 +69,9 @@ def replay(
     if no_ignore_eos:
         workload["ignore_eos"] = False
     cfg = build_replay_config(config, given, workload, concurrency)
+    from servelab.cli.context import print_context
+
+    print_context(cfg)
     result = execute(cfg, argv=["servelab", *sys.argv[1:]], progress=not json_out, report=report)
     try:
         finish_run(result, json_out=json_out)

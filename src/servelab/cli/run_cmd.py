@@ -60,11 +60,13 @@ def run(
 ) -> None:
     """Run one benchmark and print its summary."""
     from servelab.bench.run import execute
+    from servelab.cli.context import print_context
     from servelab.cli.present import finish_run
     from servelab.cli.scale import executor_from_flags
 
     given = {k: v for k, v in locals().items() if k not in ("workers", "ray")}
     cfg = build_run_config(config, given)
+    print_context(cfg)
     result = execute(cfg, argv=["servelab", *sys.argv[1:]], progress=not json_out, report=report,
                      executor=executor_from_flags(workers, ray))
     finish_run(result, json_out=json_out)

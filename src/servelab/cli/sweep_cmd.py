@@ -19,7 +19,9 @@ def sweep(
     target: Annotated[list[str] | None, typer.Option(help="Target URL or sim spec; repeat to sweep targets.")] = None,
     model: Annotated[str | None, typer.Option(help="Model name.")] = None,
     api: Annotated[str | None, typer.Option(help="chat or completions.")] = None,
-    concurrency: Annotated[str | None, typer.Option(help="Concurrency levels, e.g. 1,4,16,64,256 or 1..256.")] = None,
+    concurrency: Annotated[str | None, typer.Option(help="Concurrency levels: a list (1,4,16,64,256) or LOW..HIGH, every power of two "
+                                            "from LOW to HIGH (1..256 = 1,2,4,...,256).", show_default="1,4,16,64,256",
+                                            metavar="LEVELS")] = None,
     rate: Annotated[str | None, typer.Option(help="Request rates (req/s), e.g. 1,2,4,8.")] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="KEY=V1,V2,... for any config key "
                                                       "(dotted) or simulator/server key (repeatable).")] = None,

@@ -207,7 +207,7 @@ def limit_words(config: Mapping[str, Any]) -> str:
     if lim.get("sessions") is not None:
         parts.append(f"{count(lim['sessions'])} sessions")
     if lim.get("duration_s") is not None:
-        parts.append(f"{duration_ms(lim['duration_s'] * 1000)}")
+        parts.append(f"for {duration_ms(lim['duration_s'] * 1000)}")
     if lim.get("warmup_requests"):
         parts.append(f"+{count(lim['warmup_requests'])} warm-up")
     return ", ".join(parts) or "until the trace ends"
@@ -219,7 +219,10 @@ def target_words(manifest: Mapping[str, Any]) -> str:
     eng = engine_words(manifest)
     kind = "simulated" if is_simulated(manifest) else "real endpoint"
     url = _get(manifest, "config", "target", "url") or (manifest.get("target") or {}).get("url")
-    how = f"{kind}: {eng}" if eng else kind
+    dep_engine = _get(manifest, "target", "deployment", "engine")
+    if is_simulated(manifest) and dep_engine:
+        eng = f"{dep_engine} engine profile"
+    how = f"{kind}, {eng}" if eng else kind
     where = "" if is_simulated(manifest) or not url else f" at {url}"
     return f"{model_name(manifest)}" + (f" on {hw}" if hw else "") + f" ({how}{where})"
 
