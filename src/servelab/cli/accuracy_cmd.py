@@ -94,10 +94,11 @@ def _pct(p: dict[str, Any]) -> str:
 
 
 def _print(report: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    from servelab.cli.present import wide_console
+
+    console = wide_console()
     t = Table(title=f"accuracy on {report['dataset']['items']} items ({report['dataset']['source']}), "
               "temperature 0, 95% Wilson interval")
     for col in ("#", "target", "model", "accuracy", "correct / answered", "failed"):

@@ -145,7 +145,6 @@ def _fmt(v: float | None, digits: int = 1) -> str:
 
 
 def _print(result: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     t = Table(title=f"gateway overhead: {result['targets']['via']} in front of {result['targets']['direct']} "
@@ -157,7 +156,9 @@ def _print(result: dict[str, Any]) -> None:
         t.add_row(f"{r['figure']} ({unit})", _fmt(r["direct"]), _fmt(r["via"]), _fmt(r["overhead"], 2),
                   f"[{_fmt(r['overhead_lo'], 2)}, {_fmt(r['overhead_hi'], 2)}]", _fmt(r["overhead_pct"]),
                   f"[{_fmt(r['pct_lo'])}, {_fmt(r['pct_hi'])}]", r["verdict"])
-    console = Console()
+    from servelab.cli.present import wide_console
+
+    console = wide_console()
     console.print(t)
     f = result["failures"]
     console.print(f"failed requests: direct {f['direct']['failed']}/{f['direct']['requests']}, "

@@ -79,7 +79,6 @@ def stats(
     if json_out:
         sys.stdout.write(orjson.dumps(figures, option=orjson.OPT_INDENT_2).decode() + "\n")
         return
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"trace {tr.source}", title_justify="left")
@@ -87,4 +86,6 @@ def stats(
     table.add_column("value", justify="right")
     for label, value in stats_rows(figures):
         table.add_row(label, value)
-    Console().print(table)
+    from servelab.cli.present import wide_console
+
+    wide_console().print(table)
