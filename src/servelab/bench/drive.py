@@ -125,9 +125,11 @@ async def _run(runner: Runner, job: Any, telemetry: RunTelemetry | None, control
     # so full collections do not stall the measurement.
     gc.collect()
     gc.freeze()
+    cpu0 = time.process_time()
     try:
         return await runner.run(job)
     finally:
+        res.load_cpu_s = time.process_time() - cpu0
         gc.unfreeze()  # a sweep runs many points in one process: let them be collected again
         if watcher is not None:
             watcher.cancel()

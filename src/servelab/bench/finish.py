@@ -103,6 +103,7 @@ def _worker_lag_reasons(table: pa.Table, shards: list[ShardOutcome], max_lag_ms:
                                "clock_offset_ms": s.clock_offset_ns / 1e6,
                                "clock_rtt_ms": None if s.clock_rtt_ns is None else s.clock_rtt_ns / 1e6,
                                "issued": o.issued if o else None, "completed": o.completed if o else None,
+                               "load_cpu_s": s.load_cpu_s,
                                "loop_lag_p99_ms": o.loop_lag_p99_ms if o else None, "lag_p99_ms": None}
         mine = worker == s.shard
         if lag_ms is not None and mine.any():

@@ -51,6 +51,7 @@ class ShardOutcome:
     journal_dir: str | None = None  # where its journals are when not in the run directory (another host)
     journals: dict[str, bytes] | None = None  # a remote shard's journal files, shipped back
     exitcode: int | None = None
+    load_cpu_s: float | None = None  # this process's CPU time during the load window (not start-up)
     work: Any = None  # the Work object (in-process shards only; never pickled)
 
     def portable(self) -> ShardOutcome:
