@@ -12,6 +12,8 @@ from typing import Any
 
 from servelab.accuracy.stats import DEFAULT_CONFIDENCE, difference_independent, difference_paired, proportion
 
+NOT_MEASURABLE = "not measurable (simulated text)"
+
 
 def _results(x: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     if isinstance(x, Mapping):
@@ -55,6 +57,9 @@ def flag_quality_drop(baseline_acc: Any, candidate_acc: Any, *, max_drop: float 
     """
     if not 0 <= max_drop < 1:
         raise ValueError(f"max_drop must be a fraction in [0, 1), got {max_drop}")
+    if not (measurable(baseline_acc) and measurable(candidate_acc)):
+        return {"diff": None, "lo": None, "hi": None, "flagged": False, "max_drop": max_drop,
+                "confidence": confidence, "unpaired": 0, "verdict": NOT_MEASURABLE}
     pairs, unpaired = _pairs(candidate_acc, baseline_acc)
     if pairs:
         d = difference_paired([c["correct"] for c, _ in pairs], [b["correct"] for _, b in pairs], confidence)
@@ -73,6 +78,12 @@ def flag_quality_drop(baseline_acc: Any, candidate_acc: Any, *, max_drop: float 
         verdict = "within noise"
     return {**d, "flagged": flagged, "max_drop": max_drop, "confidence": confidence, "unpaired": unpaired,
             "verdict": verdict}
+
+
+def measurable(x: Any) -> bool:
+    """False for an accuracy result against the simulator (its text is filler: quality is not measurable)."""
+    s = x.get("summary") if isinstance(x, Mapping) and isinstance(x.get("summary"), Mapping) else x
+    return not (isinstance(s, Mapping) and s.get("measurable") is False)
 
 
 def _summary(x: Any) -> tuple[int, int]:

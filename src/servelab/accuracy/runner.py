@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from servelab.accuracy.compare import NOT_MEASURABLE
 from servelab.accuracy.dataset import Item
 from servelab.accuracy.matchers import match
 from servelab.accuracy.stats import DEFAULT_CONFIDENCE, proportion
@@ -127,4 +128,7 @@ def accuracy_for_target(target: TargetConfig, items: Sequence[Item], *, concurre
     model = target.model or next(iter(facts.get("models") or []), None)
     info = {"url": target.url, "model": model, "engine": facts.get("engine"), "version": facts.get("version")}
     rows = [asdict(r) for r in results]
-    return {"target": info, "summary": score(rows, confidence), "results": rows}
+    summary = score(rows, confidence)
+    if facts.get("engine") == "servelab-sim":  # filler text: no answer can be right, so no verdict either
+        summary.update(measurable=False, note=NOT_MEASURABLE)
+    return {"target": info, "summary": summary, "results": rows}

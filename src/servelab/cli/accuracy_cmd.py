@@ -104,7 +104,8 @@ def _print(report: dict[str, Any]) -> None:
     for col in ("#", "target", "model", "accuracy", "correct / answered", "failed"):
         t.add_column(col)
     for r in report["targets"]:
-        t.add_row(str(r["index"]), r["url"], str(r["model"]), _pct(r["accuracy"]),
+        t.add_row(str(r["index"]), r["url"], str(r["model"]),
+                  _pct(r["accuracy"]) if r.get("measurable", True) else str(r.get("note")),
                   f"{r['correct']} / {r['answered']}", str(r["failed"]))
     console.print(t)
     for a in report["agreement"]:

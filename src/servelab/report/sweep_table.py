@@ -42,6 +42,8 @@ def knee_words(knee: dict[str, Any] | None, reason: str | None) -> str:
 
 
 def _accuracy_cell(acc: dict[str, Any] | None) -> str:
+    if _get(acc, "summary", "measurable") is False:
+        return str(_get(acc, "summary", "note") or "not measurable (simulated text)")
     a = _get(acc, "summary", "accuracy")
     if not a:
         return "-" if not (acc or {}).get("error") else "error"
