@@ -21,6 +21,7 @@ from servelab.bench.shard import RunSpec, ShardOutcome, merge_outcomes
 from servelab.bench.workloads import SUMMARIES
 from servelab.config.models import RunConfig
 from servelab.load.runner import RunOutcome
+from servelab.records.hygiene import retire_journals
 from servelab.records.journal import Journal, shard_name
 from servelab.records.manifest import redact, utc_now_iso
 from servelab.records.merge import issued_indices, merge_journals, recorded_ids
@@ -125,7 +126,7 @@ def finish_run(spec: RunSpec, shards: list[ShardOutcome], manifest: dict[str, An
     cfg, run_dir = spec.config, spec.run_dir
     _land_remote_journals(spec, shards)
     dead = {s.shard: _record_dead_shard(spec, s) for s in shards if s.outcome is None}
-    merge_journals(run_dir, _shifts(spec, shards, coord_mono_minus_wall))
+    n_req, n_ses = merge_journals(run_dir, _shifts(spec, shards, coord_mono_minus_wall))
     outcome = merge_outcomes([s.outcome for s in shards if s.outcome is not None])
     outcome.cancelled_in_flight += sum(dead.values())
     requests = pq.read_table(run_dir / "requests.parquet")
@@ -162,6 +163,8 @@ def finish_run(spec: RunSpec, shards: list[ShardOutcome], manifest: dict[str, An
     summary["evidence"] = run_evidence(tables.requests, summary, manifest)
     write_json(run_dir / "summary.json", summary)
     _finish_manifest(spec, shards, manifest, outcome)
+    if not dead:  # the Parquet files hold everything: the crash journals go (a run that lost a shard keeps them)
+        retire_journals(run_dir, n_req, n_ses)
     result = RunResult(run_dir, summary, outcome, cfg, shards=shards)
     if report:
         result.report_path = _write_report(run_dir, result)
