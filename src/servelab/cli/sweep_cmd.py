@@ -10,6 +10,8 @@ import orjson
 import typer
 from rich.console import Console
 
+from servelab.cli import flags as shared
+
 
 def register(app: typer.Typer) -> None:
     app.command("sweep")(sweep)
@@ -56,6 +58,8 @@ def sweep(
     config: Annotated[str | None, typer.Option("--config", help="YAML config file.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print sweep.json.")] = False,
     report: Annotated[bool, typer.Option("--report/--no-report", help="Write report.html.")] = True,
+    parallel: shared.Parallel = None,
+    ray: shared.Ray = None,
 ) -> None:
     """Run the benchmark over a grid of load levels and settings; find the knee."""
     from servelab.cli.options import config_data
@@ -88,7 +92,8 @@ def sweep(
     spec = SweepSpec(base=base, axes=axes, out=out or base.get("out", "runs"), name=name, server=server,
                      budget_s=budget, resume_dir=Path(resume) if resume else None,
                      argv=["servelab", *sys.argv[1:]], report=report,
-                     accuracy=AccuracySpec(n=accuracy, seed=seed or 0) if accuracy else None)
+                     accuracy=AccuracySpec(n=accuracy, seed=seed or 0) if accuracy else None,
+                     parallel=_parallel(parallel), ray_address=None if ray is None else ("" if ray == "local" else ray))
     err = Console(stderr=True, soft_wrap=True, highlight=False)
     sweep_dir, state = run_sweep(spec, say=lambda s: err.print(s, highlight=False, markup=False))
     if state.get("decision"):  # the decision table beside sweep.json
@@ -103,3 +108,11 @@ def sweep(
 
         render_sweep(state, wide_console())
     err.print(f"sweep written to {sweep_dir}")
+
+
+def _parallel(n: int | None) -> int:
+    from servelab.errors import ConfigError
+
+    if n is not None and n < 1:
+        raise ConfigError(f"--parallel {n}: needs at least 1 point at a time", hint="e.g. --parallel 2")
+    return n or 1
