@@ -96,6 +96,19 @@ def time_split(sessions: Sequence[SessionRecord] | pa.Table | SessionColumns) ->
     return {"model": model, "tool": tool, "waiting": max(0.0, 1.0 - model - tool)}
 
 
+def steady_tasks_per_hour(end_ns: np.ndarray, min_tasks: int = 8) -> float | None:
+    """Completions per hour in the middle half of the completions (between the first- and third-quartile
+    end times): intervals between consecutive completions there, per hour of that span. Neither the ramp-up
+    nor a straggler that ends long after the others stretches it. None under ``min_tasks`` completions."""
+    t = np.sort(end_ns[np.isfinite(end_ns)])
+    if t.size < min_tasks:
+        return None
+    q1, q3 = np.percentile(t, [25, 75])
+    mid = t[(t >= q1) & (t <= q3)]
+    span = float(mid[-1] - mid[0]) / 1e9 if mid.size >= 2 else 0.0
+    return (mid.size - 1) / span * 3600.0 if span > 0 else None
+
+
 def agent_summary(
     sessions: Sequence[SessionRecord] | pa.Table | SessionColumns,
     *,
@@ -106,7 +119,8 @@ def agent_summary(
 
     ``sessions`` {started, completed, accepted, failed, timed_out, cancelled, retries, tool_failures,
     timeouts}, ``tasks_per_hour`` (completed tasks per hour of ``duration_s``, default the span from the
-    first session start to the last end) and ``accepted_per_hour``, ``task_ms`` and the other time
+    first session start to the last end), ``tasks_per_hour_steady`` (:func:`steady_tasks_per_hour`: a
+    straggler does not dominate it) and ``accepted_per_hour``, ``task_ms`` and the other time
     summaries {mean, p50, p90, p95, p99, max, n} over completed sessions, and ``time_split``.
     """
     c = SessionColumns.of(sessions)
@@ -128,12 +142,13 @@ def agent_summary(
             "tool_calls": int(np.nansum(c["tool_calls"])), "requests": int(np.nansum(c["requests"])),
         },
         "tasks_per_hour": n_done / hours if hours else None,
+        "tasks_per_hour_steady": steady_tasks_per_hour(c["end_ns"][done]),
         "accepted_per_hour": n_acc / hours if hours else None,
         "acceptance_rate": n_acc / n_done if n_done else None,
         "duration_s": span_s,
         "time_split": time_split(c),
     }
-    for name in ("task_ms", "model_ms", "tool_ms", "retrieval_ms", "queue_ms", "context_ms", "waiting_ms",
+    for name in ("task_ms", "model_ms", "tool_ms", "retrieval_ms", "queue_ms", "waiting_ms",
                  "turns", "retries"):
         out[name] = percentile_summary(ps[name][done], pcts)
     return out

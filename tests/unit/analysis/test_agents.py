@@ -65,3 +65,16 @@ def test_per_session_waiting_and_empty_input():
 
 def test_explicit_duration_sets_the_rate():
     assert agent_summary(sessions(), duration_s=3600)["tasks_per_hour"] == 2.0
+
+
+def test_steady_tasks_per_hour_ignores_a_straggler():
+    s = 1_000_000_000
+    # 8 tasks ending 100 s apart (100..800 s), one straggler at 10,000 s: 36 tasks/h in steady state
+    sess = [SessionRecord(session_id=i, status="ok", accepted=True, start_ns=0, end_ns=(i + 1) * 100 * s)
+            for i in range(8)]
+    sess.append(SessionRecord(session_id=8, status="ok", accepted=True, start_ns=0, end_ns=10_000 * s))
+    out = agent_summary(sess)
+    assert out["tasks_per_hour"] == pytest.approx(9 / 10_000 * 3600)  # first start to last end: 3.24
+    # quartiles of the end times 300 s and 700 s: 5 completions, 4 intervals over 400 s
+    assert out["tasks_per_hour_steady"] == pytest.approx(36.0)
+    assert "context_ms" not in out  # context assembly is not timed (always 0): not reported as a figure
