@@ -10,7 +10,8 @@ CPU time (time.process_time) is what is charged to it:
   (c) aiohttp   - a plain aiohttp client (line iteration + orjson per event + a timestamp per token)
   (d) vllm      - `vllm bench serve`, when vllm is importable
 
-Cases: streaming at concurrency 64 and 256; non-streamed (CPU per request, target <= 0.5 ms); TTFT
+Cases: streaming at concurrency 64 and 256; streamed /v1/completions (``"text"`` chunks) against streamed
+chat, both servelab, concurrency 64 (``--cases completions``; ratio target ~1); non-streamed (CPU per request, target <= 0.5 ms); TTFT
 accuracy (the server waits 50 ms before the first token; p99 of |measured TTFT - 50 ms| at concurrency
 256, target <= 2 ms). The headline ratio is servelab's tokens per client CPU second over the
 reference's (target >= 0.6).
@@ -57,6 +58,12 @@ def _token_chunk(i: int, last: bool) -> bytes:
                                               "finish_reason": "length" if last else None}]})
 
 
+def _text_chunk(i: int, last: bool) -> bytes:
+    return _sse({"id": "cmpl-0123456789abcdef", "object": "text_completion", "created": 1718000000,
+                 "model": MODEL, "choices": [{"index": 0, "text": f" tok{i}", "logprobs": None,
+                                              "finish_reason": "length" if last else None}]})
+
+
 _STREAM_HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
                 b"Server: bench\r\n\r\n")
 
@@ -81,6 +88,7 @@ def _json_response() -> bytes:
 class _ServerProto(asyncio.Protocol):
     chunks = [_token_chunk(i, i == TOKENS - 1) for i in range(TOKENS)]
     ttft_chunks = [_token_chunk(i, i == TTFT_TOKENS - 1) for i in range(TTFT_TOKENS)]
+    text_chunks = [_text_chunk(i, i == TOKENS - 1) for i in range(TOKENS)]
     tail, ttft_tail, json_body = _tail(TOKENS), _tail(TTFT_TOKENS), _json_response()
 
     def connection_made(self, transport) -> None:  # type: ignore[no-untyped-def]
@@ -104,6 +112,8 @@ class _ServerProto(asyncio.Protocol):
         elif url.startswith(b"/ttft"):
             asyncio.get_running_loop().create_task(self._stream(self.ttft_chunks, self.ttft_tail, TTFT_DELAY_S,
                                                                 stamp=True))
+        elif url.endswith(b"/v1/completions"):
+            asyncio.get_running_loop().create_task(self._stream(self.text_chunks, self.tail, 0.0))
         else:
             asyncio.get_running_loop().create_task(self._stream(self.chunks, self.tail, 0.0))
 
@@ -158,7 +168,7 @@ async def _workers(n: int, duration: float, one: Callable) -> None:
     await asyncio.gather(*(worker() for _ in range(n)))
 
 
-async def _run_servelab(url: str, n: int, duration: float, stream: bool, res: Result) -> None:
+async def _run_servelab(url: str, n: int, duration: float, stream: bool, res: Result, api: str = "chat") -> None:
     from servelab.clock import WallClock
     from servelab.config.models import TargetConfig
     from servelab.transport.base import ModelRequest
@@ -168,7 +178,12 @@ async def _run_servelab(url: str, n: int, duration: float, stream: bool, res: Re
     ids = iter(range(1 << 60))
 
     async def one() -> None:
-        rec = await t.send(ModelRequest(request_id=next(ids), messages=PROMPT, max_tokens=TOKENS, stream=stream))
+        if api == "chat":
+            req = ModelRequest(request_id=next(ids), messages=PROMPT, max_tokens=TOKENS, stream=stream)
+        else:
+            req = ModelRequest(request_id=next(ids), api="completions", prompt=PROMPT[0]["content"],
+                               max_tokens=TOKENS, stream=stream)
+        rec = await t.send(req)
         res.requests += 1
         if rec.status != "ok":
             res.failed += 1
@@ -291,7 +306,12 @@ async def _run_aiohttp(url: str, n: int, duration: float, stream: bool, res: Res
         await _workers(n, duration, one)
 
 
+async def _run_servelab_completions(url: str, n: int, duration: float, stream: bool, res: Result) -> None:
+    await _run_servelab(url, n, duration, stream, res, api="completions")
+
+
 CLIENTS = {"servelab": _run_servelab, "reference": _run_reference, "aiohttp": _run_aiohttp}
+EXTRA_CLIENTS = {"servelab-completions": _run_servelab_completions}
 
 
 def _client_proc(name: str, url: str, n: int, duration: float, stream: bool, q: mp.Queue) -> None:
@@ -303,7 +323,7 @@ def _client_proc(name: str, url: str, n: int, duration: float, stream: bool, q: 
     gc.freeze()
     res = Result()
     cpu0, wall0 = time.process_time(), time.perf_counter()
-    uvloop.run(CLIENTS[name](url, n, duration, stream, res))
+    uvloop.run({**CLIENTS, **EXTRA_CLIENTS}[name](url, n, duration, stream, res))
     res.cpu_s, res.wall_s = time.process_time() - cpu0, time.perf_counter() - wall0
     q.put(res.__dict__)
 
@@ -330,7 +350,8 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=4.0, help="seconds per client run")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per case (medians reported)")
     ap.add_argument("--quick", action="store_true", help="2 s runs, 1 round, concurrency 64 only")
-    ap.add_argument("--cases", default="stream,json,ttft", help="comma-separated subset of stream,json,ttft")
+    ap.add_argument("--cases", default="stream,completions,json,ttft",
+                    help="comma-separated subset of stream,completions,json,ttft")
     args = ap.parse_args()
     duration = 2.0 if args.quick else args.duration
     rounds = 1 if args.quick else args.rounds
@@ -365,6 +386,8 @@ def _rounds(ctx, names: list[str], url: str, n: int, duration: float, stream: bo
 def _report(ctx, base: str, duration: float, rounds: int, concurrencies: list[int], cases: set[str]) -> None:
     if "stream" in cases:
         _streaming(ctx, base, duration, rounds, concurrencies)
+    if "completions" in cases:
+        _completions(ctx, base, duration, rounds)
     if "json" in cases:
         _non_streamed(ctx, base, duration, rounds)
     if "ttft" in cases:
@@ -390,6 +413,18 @@ def _streaming(ctx, base: str, duration: float, rounds: int, concurrencies: list
     for n in concurrencies:
         ratio = per_core[("servelab", n)] / per_core[("reference", n)]
         print(f"ratio servelab/reference tokens per client CPU-second @ {n}: {ratio:.2f}  (target >= 0.6)")
+
+
+def _completions(ctx, base: str, duration: float, rounds: int) -> None:
+    print(f"\nstreamed completions vs chat (servelab): {TOKENS} tokens/request, concurrency 64")
+    per_core = {}
+    for name, r in _rounds(ctx, ["servelab", "servelab-completions"], f"{base}/stream/v1", 64, duration, True,
+                           rounds).items():
+        per_core[name] = r["tokens"] / r["cpu_s"]
+        print(f"{name:<21} {r['tokens'] / r['wall_s']:>10.0f} tok/s  {per_core[name]:>9.0f} tok/CPU-s  "
+              f"{1e3 * r['cpu_s'] / max(1, r['requests']):.3f} CPU ms/req  fail {r['failed']}")
+    print(f"ratio completions/chat tokens per client CPU-second: "
+          f"{per_core['servelab-completions'] / per_core['servelab']:.2f}  (target ~1: same fast path)")
 
 
 def _non_streamed(ctx, base: str, duration: float, rounds: int) -> None:

@@ -265,11 +265,11 @@ class ModelExchange(Deadlines):
     def _payload(self, data: bytes) -> bool:
         """Apply one event's data to the record; False when it ended the exchange.
 
-        The hot case, a chat chunk with non-empty ``delta.content``, is handled here: first by the
-        chunk layout learned from an earlier chunk of this response (see ``_shape``: only the content
-        string is decoded), else by a whole parse. Every other shape (role/usage/finish-only chunks,
-        reasoning, tool calls, completions, errors, [DONE]) goes to :meth:`_other`, which parses
-        again: that happens a few times per response only.
+        The hot case, a chat chunk with non-empty ``delta.content`` or a completions chunk with a
+        non-empty ``text``, is handled here: first by the chunk layout learned from an earlier chunk of
+        this response (see ``_shape``: only the content string is decoded), else by a whole parse.
+        Every other shape (role/usage/finish-only chunks, reasoning, tool calls, errors, [DONE]) goes to
+        :meth:`_other`, which parses again: that happens a few times per response only.
         """
         pre = self._pre
         if pre is not None and data.startswith(pre) and data.endswith(self._suf):
@@ -284,11 +284,11 @@ class ModelExchange(Deadlines):
         try:
             obj = _loads(data)
             c = obj["choices"][0]
-            delta = c["delta"]
-            content = delta["content"]
+            delta = c.get("delta")
+            content = c["text"] if delta is None else delta["content"]  # completions: "text"
         except Exception:
             return self._other(data)
-        if not content or content.__class__ is not str or "tool_calls" in delta:
+        if not content or content.__class__ is not str or (delta is not None and "tool_calls" in delta):
             return self._other(data)
         t = self._t
         rec = self.rec
@@ -307,7 +307,7 @@ class ModelExchange(Deadlines):
             self._usage(usage)
         elif not fr and self._learns < _MAX_LEARNS:  # a plain content chunk: learn its layout
             self._learns += 1
-            shape = learn_shape(data, content)
+            shape = learn_shape(data, content, text=delta is None)
             if shape is not None:
                 self._pre, self._suf = shape
                 self._cut_a, self._cut_b = len(shape[0]) - 1, len(shape[1]) - 1

@@ -18,15 +18,17 @@ from __future__ import annotations
 import orjson
 
 _KEYS = (b'"content":"', b'"content": "')
+_TEXT_KEYS = (b'"text":"', b'"text": "')  # /v1/completions chunks: choices[0].text
 
 
-def learn_shape(data: bytes, content: str) -> tuple[bytes, bytes] | None:
-    """(prefix, suffix) of ``data`` around the one ``"content"`` string whose value is ``content``.
+def learn_shape(data: bytes, content: str, text: bool = False) -> tuple[bytes, bytes] | None:
+    """(prefix, suffix) of ``data`` around the one ``"content"`` (``"text"`` when ``text``) string whose
+    value is ``content``.
 
     None when the layout is ambiguous (the key appears twice, or in another form) or does not decode
     back to ``content``: the caller then keeps parsing whole chunks, which is always correct.
     """
-    for key in _KEYS:
+    for key in _TEXT_KEYS if text else _KEYS:
         i = data.find(key)
         if i < 0:
             continue
