@@ -135,3 +135,42 @@ def test_ray_shards_on_a_local_cluster_do_the_one_process_work(server, tmp_path,
     assert all(s["clock_rtt_ns"] is not None and s["clock_rtt_ns"] > 0 for s in shards)
     # one host: the offset is within the measurement's error bound (half the round trip), plus scheduling noise
     assert all(abs(s["clock_offset_ns"]) <= s["clock_rtt_ns"] + 5_000_000 for s in shards)
+
+
+def _sweep(tmp_path, **kw):
+    from servelab.sweep.runner import SweepSpec, run_sweep
+
+    base = {"target": {"url": "sim"}, "workload": {"input_tokens": 32, "output_tokens": 16},
+            "limits": {"requests": 40}, "telemetry": {"enabled": False}}
+    spec = SweepSpec(base=base, axes={"concurrency": [1, 2, 4, 8]}, out=str(tmp_path), report=False, **kw)
+    return run_sweep(spec)
+
+
+def _figures(state) -> list:
+    return [(e["key"], e["status"], e["summary"]["throughput"]["output_tokens_per_s"],
+             e["summary"]["metrics"]["ttft_ms"]["p50"]) for e in state["points"]]
+
+
+def test_parallel_sweep_equals_the_serial_one_and_resumes(tmp_path):
+    import json
+
+    _, serial = _sweep(tmp_path / "serial")
+    sweep_dir, par = _sweep(tmp_path / "par", parallel=2)
+    # simulated points run on virtual time: the same figures whichever process ran them
+    assert _figures(par) == _figures(serial) and all(e["status"] == "ok" for e in par["points"])
+    # a point lost mid-sweep is run again on resume, the others are kept
+    path = sweep_dir / "sweep.json"
+    state = json.loads(path.read_text())
+    state["points"][2].update(status="pending", summary=None)
+    path.write_text(json.dumps(state))
+    mtimes = {p.name: (sweep_dir / p.name / "summary.json").stat().st_mtime_ns for p in sweep_dir.iterdir() if p.is_dir()}
+    _, resumed = _sweep(tmp_path / "par", parallel=2, resume_dir=sweep_dir)
+    assert _figures(resumed) == _figures(serial)
+    rerun = [k for k, t in mtimes.items() if (sweep_dir / k / "summary.json").stat().st_mtime_ns != t]
+    assert rerun == [serial["points"][2]["key"]]
+
+
+def test_ray_sweep_equals_the_serial_one(tmp_path, ray_cluster):
+    _, serial = _sweep(tmp_path / "serial")
+    _, on_ray = _sweep(tmp_path / "ray", parallel=2, ray_address="")
+    assert _figures(on_ray) == _figures(serial)
