@@ -303,5 +303,7 @@ class RunConfig(Strict):
             n = max(16, 2 * (self.load.concurrency or 8))
             object.__setattr__(self, "limits", lim.model_copy(update={"sessions": n}))
         elif not self.is_agent and lim.requests is None:
-            object.__setattr__(self, "limits", lim.model_copy(update={"requests": 200}))
+            # enough for every user to send a few (a run with fewer requests than users is INVALID)
+            n = max(200, 4 * (self.load.concurrency or 0))
+            object.__setattr__(self, "limits", lim.model_copy(update={"requests": n}))
         return self

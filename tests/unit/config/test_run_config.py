@@ -49,3 +49,18 @@ def test_bad_yaml_says_where(tmp_path):
 
 def test_unbounded_run_gets_a_request_limit():
     assert load_config(RunConfig, None, {}).limits.requests == 200
+    # 256 users: 4 requests each (never fewer requests than users, which is INVALID by construction)
+    assert load_config(RunConfig, None, {"load.concurrency": 256}).limits.requests == 1024
+    assert load_config(RunConfig, None, {"load.concurrency": 256, "limits.requests": 10}).limits.requests == 10
+
+
+def test_unknown_keys_get_a_did_you_mean(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("concurrency: 4\nduration: 5\nload:\n  concurency: 3\nworkload:\n  input_tokenz: 5\n")
+    msg = _err({}, p)
+    assert "  concurrency: unknown key: did you mean load.concurrency?" in msg
+    assert "  duration: unknown key: did you mean limits.duration_s?" in msg
+    assert "  load.concurency: unknown key: did you mean load.concurrency?" in msg
+    assert "  workload.input_tokenz: unknown key: did you mean workload.input_tokens?" in msg
+    p.write_text("zzzzqqq: 1\n")
+    assert "  zzzzqqq: unknown key (every key: docs/config.md)" in _err({}, p)
