@@ -100,8 +100,9 @@ def test_an_invalid_side_is_refused_with_its_reasons(tmp_path, capsys):
     assert "is INVALID: 50 of 50 requests failed (100% > 5%)" in err
     _mark_invalid(base, "schedule lag p99 40 ms exceeds 10 ms")
     assert main(["check", base, cand, "--json"]) == 2
-    err = capsys.readouterr().err
-    assert "baseline" in err and "candidate" in err
+    captured = capsys.readouterr()
+    assert "baseline" in captured.err and "candidate" in captured.err
+    assert len(json.loads(captured.out)["refused"]) == 2  # a CI reading --json learns why nothing was gated
     assert main(["check", base, cand, "--json", "--force"]) == 0  # forced: gated anyway, and it passes
     assert len(json.loads(capsys.readouterr().out)["forced"]) == 2
 

@@ -165,11 +165,15 @@ def _gate_one(fig: Figure, bs: Mapping[str, Any], cs: Mapping[str, Any], limit: 
 
 
 def invalid_reasons(summary: Mapping[str, Any]) -> list[str] | None:
-    """Why a run is INVALID (its own reasons), or None when it is valid. Reads ``valid`` /
-    ``invalid_reasons`` and, where present, ``validity: {valid, reasons}``."""
+    """Why a run must not be gated (its own reasons), or None when it is valid. Reads ``valid`` /
+    ``invalid_reasons``, ``validity: {valid, reasons}`` where present, and ``interrupted`` (figures that
+    cover only what finished before Ctrl-C)."""
     validity = summary.get("validity")
     flags = [summary.get("valid")]
     reasons = list(summary.get("invalid_reasons") or [])
+    if summary.get("interrupted") is True:
+        flags.append(False)
+        reasons.append("the run was interrupted: its figures cover only what finished")
     if isinstance(validity, Mapping):
         flags.append(validity.get("valid"))
         reasons += [r for r in validity.get("reasons") or [] if r not in reasons]

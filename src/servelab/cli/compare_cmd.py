@@ -184,6 +184,8 @@ def check(
     refused = refusals(sides[0], sides[1], allow_diff=allow_diff or ())
     err = Console(stderr=True, soft_wrap=True)
     if refused and not force:
+        if json_out:
+            sys.stdout.write(orjson.dumps({"refused": refused, "failures": []}).decode() + "\n")
         raise ComparisonError(f"cannot gate {c['name']} against {b['name']}:\n  - " + "\n  - ".join(refused),
                               hint="rerun what is INVALID and gate like against like; --force gates anyway")
     for r in refused:

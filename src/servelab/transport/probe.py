@@ -23,7 +23,7 @@ import asyncio
 import re
 import shlex
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -200,6 +200,31 @@ class HttpProbe:
                 conn.close()
             raise
         return ex.status, ex.headers, ex.body
+
+
+class StaticProbe:
+    """A :class:`TargetProbe` that answers what it is given: the probe twin of
+    :class:`~servelab.transport.mock.MockTransport` in tests (``tokens`` counts, None: cannot say)."""
+
+    def __init__(self, facts: Mapping[str, Any] | None = None, *, model: str | None = None,
+                 tokens: Callable[[str], int | None] | None = None) -> None:
+        self.facts = dict(facts or {})
+        self.model = model or self.facts.get("model") or next(iter(self.facts.get("models") or []), None)
+        self._tokens = tokens
+
+    async def describe(self) -> dict[str, Any]:
+        return dict(self.facts)
+
+    async def count_tokens(self, text: str) -> int | None:
+        return self._tokens(text) if self._tokens is not None else None
+
+    async def resolve_model(self) -> str:
+        if self.model is None:
+            raise TargetError("the static probe was given no model")
+        return str(self.model)
+
+    async def aclose(self) -> None:
+        return None
 
 
 # -- what the answers say (pure) ----------------------------------------------------------------------

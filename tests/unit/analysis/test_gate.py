@@ -114,3 +114,5 @@ def test_invalid_reasons_reads_both_shapes():
     assert invalid_reasons({"validity": {"valid": False, "reasons": ["y"]}}) == ["y"]
     assert invalid_reasons({"valid": False}) == ["marked invalid (no reason recorded)"]
     assert invalid_reasons({}) is None
+    assert invalid_reasons({"valid": True, "interrupted": True}) == [
+        "the run was interrupted: its figures cover only what finished"]

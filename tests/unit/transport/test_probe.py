@@ -112,3 +112,15 @@ def test_engine_guess_from_metrics_and_header():
     assert engine_facts([], {"/metrics": b"sglang:num_running_reqs 0\n"}, None)["engine"] == "sglang"
     assert engine_facts([], {}, "llama.cpp")["engine"] == "llama.cpp"
     assert engine_facts([], {}, None) == {"engine": "unknown", "version": None}
+
+
+async def test_static_probe_feeds_the_work_builders_token_counts():
+    from servelab.transport.probe import StaticProbe
+    from servelab.workload.tokens import resolve_counter
+
+    probe = StaticProbe({"engine": "vllm", "models": ["m"]}, tokens=lambda text: len(text.split()))
+    assert await probe.resolve_model() == "m" and (await probe.describe())["engine"] == "vllm"
+    counter = await resolve_counter(probe.count_tokens)
+    assert await counter.count("one two three") == 3  # the target's count, not an estimate
+    with pytest.raises(TargetError):
+        await StaticProbe().resolve_model()
