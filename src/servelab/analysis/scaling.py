@@ -2,8 +2,8 @@
 
     efficiency = observed cluster throughput / (single-node throughput x node count)
 
-1.0 is perfectly linear scaling. It is computed per load level (the same level on both topologies) and on
-the peaks (each topology's best level). The curve bends at the last node count that still scales: the one
+1.0 is perfectly linear scaling. It is computed per load level (the same level on both topologies), and for
+each topology's peak against the base at the SAME level (``peak_vs_peak``, across levels, is kept apart). The curve bends at the last node count that still scales: the one
 before the first whose efficiency falls below ``bend_below`` (default 0.8) or, with at least three
 topologies, Kneedle's knee of peak throughput against node count, whichever comes first.
 """
@@ -51,19 +51,25 @@ def scaling_rows(topologies: Mapping[int, Curve]) -> list[dict[str, Any]]:
 
 
 def peak_scaling(topologies: Mapping[int, Curve]) -> list[dict[str, Any]]:
-    """Efficiency of each topology's peak throughput against the base topology's peak."""
+    """Each topology's peak, and its efficiency at the SAME level: the peak against the base topology's
+    throughput at the peak's level x node ratio (None when the base did not measure that level).
+    ``peak_vs_peak`` (against the base's own peak, possibly at another level) is kept apart, labelled:
+    comparing peaks at different load levels is not a scaling efficiency."""
     base_nodes, base = _base(topologies)
     if not base:
         raise ConfigError(f"scaling efficiency: the {base_nodes}-node topology has no measured level")
-    single = max(float(v) for v in base.values()) / base_nodes
+    single_peak = max(float(v) for v in base.values()) / base_nodes
     out = []
     for nodes in sorted(topologies):
         curve = topologies[nodes]
         if not curve:
             continue
         level, peak = max(curve.items(), key=lambda kv: float(kv[1]))
+        at = base.get(level)
+        ideal = None if at is None else float(at) / base_nodes * nodes
         out.append({"nodes": int(nodes), "peak_level": float(level), "peak_throughput": float(peak),
-                    "ideal": single * nodes, "efficiency": float(peak) / (single * nodes) if single > 0 else None})
+                    "ideal": ideal, "efficiency": float(peak) / ideal if ideal else None,
+                    "peak_vs_peak": float(peak) / (single_peak * nodes) if single_peak > 0 else None})
     return out
 
 
@@ -95,13 +101,17 @@ def scaling_bend(topologies: Mapping[int, Curve], bend_below: float = 0.8) -> di
                     "reason": f"efficiency below {bend_below:.0%} from {below['nodes']} nodes"}
         eff = peaks[-1]["efficiency"]
         return {"nodes": None, "peaks": peaks, "first_poor": None,
-                "reason": f"no bend up to {peaks[-1]['nodes']} nodes (efficiency {eff:.0%} there)"}
+                "reason": f"no bend up to {peaks[-1]['nodes']} nodes (efficiency {_pct(eff)} there)"}
     bend = min(cands)
     p = next(p for p in peaks if p["nodes"] == bend)
     nxt = peaks[peaks.index(p) + 1]
-    why = (f"scaling holds to {bend} nodes (efficiency {p['efficiency']:.0%}); at {nxt['nodes']} nodes it is "
-           f"{nxt['efficiency']:.0%}")
+    why = (f"scaling holds to {bend} nodes (efficiency {_pct(p['efficiency'])}); at {nxt['nodes']} nodes it is "
+           f"{_pct(nxt['efficiency'])}")
     if knee_nodes == bend:
         why += " (Kneedle knee of peak throughput against node count)"
     return {"nodes": bend, "efficiency": p["efficiency"], "first_poor": below["nodes"] if below else None,
             "reason": why, "peaks": peaks}
+
+
+def _pct(v: float | None) -> str:
+    return "not measured at the same level" if v is None else f"{v:.0%}"

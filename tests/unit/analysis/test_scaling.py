@@ -40,3 +40,13 @@ def test_bad_topologies():
     with pytest.raises(ConfigError):
         scaling_rows({0: {1: 1.0}})
     assert scaling_bend({1: {1: 5.0}})["nodes"] is None
+
+
+def test_peak_efficiency_is_at_the_same_level():
+    # 1 node peaks at 64 (1000) and falls to 800 at 256; 2 nodes peak at 256 (2640)
+    peaks = peak_scaling({1: {64: 1000.0, 256: 800.0}, 2: {64: 1500.0, 256: 2640.0}})
+    two = peaks[1]
+    assert two["peak_level"] == 256 and two["ideal"] == pytest.approx(1600)
+    assert two["efficiency"] == pytest.approx(2640 / 1600)  # same level: 165 %
+    assert two["peak_vs_peak"] == pytest.approx(1.32)  # the old headline: peaks at different levels
+    assert peak_scaling({1: {64: 1000.0}, 2: {128: 2000.0}})[1]["efficiency"] is None  # base never ran 128
