@@ -88,6 +88,10 @@ def test_cli_run_records_engine_facts(vllm, tmp_path):
     m = manifest(run_dir)
     assert m["target"]["engine"] == "vllm" and m["target"]["version"] == "0.32.0"
     assert m["target"]["models"] == [vllm.model] and m["target"]["max_model_len"][vllm.model] == 2048
+    # The probe's comparable facts: the asked-for model's context and vLLM's labelled cache-config metric.
+    assert m["target"]["max_context_len"] == 2048
+    cache = m["target"]["info_metrics"]["vllm:cache_config_info"]
+    assert cache["block_size"] and "enable_prefix_caching" in cache, cache
     assert m["command_line"][:4] == ["servelab", "run", "--target", vllm.url]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["requests"]["ok"] == 6 and summary["server"]["engine"] == "vllm"
