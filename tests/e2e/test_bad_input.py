@@ -50,6 +50,15 @@ CASES = {
         t, "t.jsonl", '{"t": 0, "input_tokens": 1e30, "output_tokens": 2}\n')], "at most 10,000,000"),
     "speed 1e-300": (lambda t: ["replay", "-f", "jsonl", "--speed", "1e-300", _write(
         t, "t.jsonl", '{"t": 0, "input_tokens": 8, "output_tokens": 2}\n')], "workload.speed"),
+    "repeat 1e9": (lambda t: ["run", "--target", "sim", "--profile", _write(
+        t, "p.yaml", "name: p\ndescription: d\nsource: s\nsession:\n  steps:\n"
+                     "    - {kind: repeat, count: 1000000000, steps: [{kind: model, output_tokens: 8}]}\n")],
+        "repeats is more than 10,000 repeats"),
+    "real command on virtual time": (lambda t: ["run", "--target", "sim", "--sessions", "1", "--max-sessions", "2",
+                                                "--profile", _write(
+        t, "p.yaml", "name: p\ndescription: d\nsource: s\nsession:\n  steps:\n"
+                     "    - {kind: model, output_tokens: 8}\n    - {kind: tool, command: ['true']}\n")],
+        "cannot be timed on virtual time"),
     "non-utf8 csv": (lambda t: ["replay", "-f", "azure", _write(
         t, "a.csv", b"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,caf\xe9,2\n")],
         "not UTF-8"),

@@ -46,3 +46,11 @@ def run_verdict(summary: Mapping[str, Any], *, interrupted: bool, cancelled_in_f
     if min_goodput_fraction is not None and good is not None and good < min_goodput_fraction:
         err.print(f"[red]SLO check failed[/]: goodput fraction {good:.3f} < {min_goodput_fraction}")
         raise typer.Exit(CHECK_FAILED)
+
+
+def sweep_verdict(state: Mapping[str, Any], where: str) -> None:
+    """A sweep cut by Ctrl-C exits 130 (its finished points are kept; --resume reruns the cut one)."""
+    if state.get("interrupted"):
+        cut = [e["key"] for e in state.get("points", []) if e.get("status") == "interrupted"]
+        raise Interrupted(f"interrupted: point {', '.join(cut)} was cut and is marked interrupted; finished points "
+                          f"are kept in {where}; rerun with --resume {where} to finish the sweep")

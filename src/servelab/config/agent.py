@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator, model_validator
 
 from servelab.config.base import Strict
+from servelab.config.bounds import MAX_REPEAT, check_distribution_max, check_token_distribution
 from servelab.config.distributions import Distribution, Fixed, as_distribution
 
 _DIST_FIELDS = ("output_tokens", "user_tokens", "duration_s", "result_tokens", "count", "error_tokens")
@@ -36,6 +37,12 @@ class _Step(Strict):
     @classmethod
     def _bare_number(cls, v: object) -> object:
         return as_distribution(v)
+
+    @field_validator("output_tokens", "user_tokens", "result_tokens", "error_tokens", mode="after",
+                     check_fields=False)
+    @classmethod
+    def _bounded_tokens(cls, d: object) -> object:
+        return check_token_distribution(d)
 
 
 class ModelStep(_Step):
@@ -118,6 +125,11 @@ class RepeatStep(_Step):
     kind: Literal["repeat"] = Field(default="repeat", description="Run a block of steps N times.")
     count: Distribution = Field(description="How many times the block runs (rounded to an integer).")
     steps: list[Step] = Field(min_length=1, description="The block.")
+
+    @field_validator("count", mode="after")
+    @classmethod
+    def _bounded_count(cls, d: object) -> object:
+        return check_distribution_max(d, MAX_REPEAT, "repeats")
 
 
 Step = Annotated[

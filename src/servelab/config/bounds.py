@@ -19,15 +19,23 @@ MIN_BURSTINESS, MAX_BURSTINESS = 1e-3, 1e3  # gamma shape
 _TOKEN_PARAMS = ("value", "low", "high", "mean", "median", "min", "max")
 
 
+MAX_REPEAT = 10_000  # an agent step block repeated more often than this is a typo (and a plan of billions)
+
+
 def check_token_distribution(d: Any) -> Any:
     """A token-length distribution whose parameters stay within :data:`MAX_TOKENS`."""
+    return check_distribution_max(d, MAX_TOKENS, "tokens", "(no model serves that)")
+
+
+def check_distribution_max(d: Any, limit: float, unit: str, why: str = "") -> Any:
+    """A distribution none of whose parameters (value, high, median, max...) exceeds ``limit``."""
     for name in _TOKEN_PARAMS:
         v = getattr(d, name, None)
-        if isinstance(v, int | float) and v > MAX_TOKENS:
-            raise ValueError(f"{name} {v:g} tokens is more than {MAX_TOKENS:,} tokens (no model serves that)")
+        if isinstance(v, int | float) and v > limit:
+            raise ValueError(f"{name} {v:g} {unit} is more than {limit:,} {unit} {why}".rstrip())
     values = getattr(d, "values", None)
-    if isinstance(values, list) and values and max(values) > MAX_TOKENS:
-        raise ValueError(f"a value of {max(values):g} tokens is more than {MAX_TOKENS:,} tokens")
+    if isinstance(values, list) and values and max(values) > limit:
+        raise ValueError(f"a value of {max(values):g} {unit} is more than {limit:,} {unit}")
     return d
 
 
@@ -60,3 +68,30 @@ def check_header(name: str, value: str) -> None:
     except UnicodeEncodeError:
         raise ValueError(f"header {name!r}: the value has characters outside latin-1, which HTTP headers "
                          "cannot carry") from None
+
+
+def move_userinfo(data: Any) -> Any:
+    """``http://user:pass@host/v1`` -> the URL without ``user:pass@`` and an ``Authorization: Basic`` header
+    (what HTTP clients do with URL credentials), so the secret lives only in a header, which is redacted
+    wherever a config is written or printed, and never in the URL, which is printed everywhere."""
+    if not isinstance(data, dict) or not isinstance(data.get("url"), str) or "@" not in data["url"]:
+        return data
+    import base64
+    from urllib.parse import unquote
+
+    try:
+        parts = urlsplit(data["url"])
+    except ValueError:
+        return data  # the URL check reports it
+    if parts.scheme not in ("http", "https") or "@" not in parts.netloc:
+        return data
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    out = dict(data)
+    out["url"] = parts._replace(netloc=hostport).geturl()
+    headers = dict(out.get("headers") or {})
+    if not any(str(k).lower() == "authorization" for k in headers):
+        token = base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode()
+        headers["Authorization"] = f"Basic {token}"
+    out["headers"] = headers
+    return out

@@ -59,6 +59,11 @@ class TargetConfig(Strict):
         default_factory=dict, description="Extra JSON fields merged into every request body."
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _userinfo_to_header(cls, data: Any) -> Any:
+        return B.move_userinfo(data)
+
     @field_validator("url")
     @classmethod
     def _url(cls, v: str) -> str:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from servelab.errors import ConfigError
+from servelab.records.manifest import is_secret_name, redact_text
 
 DEFAULT_CONCURRENCY = (1, 4, 16, 64, 256)
 
@@ -23,7 +24,8 @@ class Point:
     @property
     def key(self) -> str:
         """A stable, filesystem-safe name for the point's run directory."""
-        parts = [f"{_short(k)}={_fmt(v)}" for k, v in self.params.items()]
+        parts = [f"{_short(k)}={'redacted' if is_secret_name(k) else _fmt(redact_text(str(v)))}"
+                 for k, v in self.params.items()]
         name = "_".join(parts) if parts else "point"
         return f"p{self.index:03d}-" + re.sub(r"[^A-Za-z0-9._=-]+", "-", name)[:100]
 

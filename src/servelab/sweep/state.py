@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from servelab.errors import RunDirError
+from servelab.errors import ConfigError, RunDirError
 from servelab.records.rundir import is_run_dir, read_run, write_json
 from servelab.records.schema import SCHEMA_VERSION
 
@@ -52,8 +52,48 @@ def is_sweep_dir(path: str | Path) -> bool:
 
 
 def finished_point(sweep_dir: Path, entry: dict[str, Any]) -> bool:
-    """A point counts as done when it was recorded ok and its run directory is complete."""
+    """A point counts as done when it was recorded ok and its run directory is complete (a point cut by
+    Ctrl-C is recorded ``interrupted`` and runs again on resume)."""
     if entry.get("status") != "ok" or not entry.get("run_dir"):
         return False
     rd = sweep_dir / entry["run_dir"]
-    return is_run_dir(rd) and read_run(rd).complete
+    if not is_run_dir(rd):
+        return False
+    data = read_run(rd)
+    return data.complete and data.manifest.get("status") != "interrupted"
+
+
+# What a resumed sweep must share with the one it resumes: the same target, workload and grid.
+RESUME_KEYS = ("target", "workload")
+
+
+def resume_differences(state: dict[str, Any], axes: dict[str, list[Any]], base_config: dict[str, Any]) -> list[str]:
+    """What differs between a stored sweep and the one asked for now (both redacted), as readable lines."""
+    out = []
+    old_base = state.get("base_config") or {}
+    for key in RESUME_KEYS:
+        if old_base.get(key) != base_config.get(key):
+            out.append(f"{key}: was {_short(old_base.get(key))}, now {_short(base_config.get(key))}")
+    old_axes = state.get("axes") or {}
+    if _jsonish(old_axes) != _jsonish(axes):
+        out.append(f"grid: was {_short(old_axes)}, now {_short(axes)}")
+    return out
+
+
+def check_resume(state: dict[str, Any], axes: dict[str, list[Any]], base_config: dict[str, Any], *,
+                 force: bool, sweep_dir: Path) -> None:
+    """Refuse to resume a different sweep into ``sweep_dir`` (its finished points would be mixed in)."""
+    diffs = resume_differences(state, axes, base_config)
+    if diffs and not force:
+        raise ConfigError(f"--resume {sweep_dir}: this sweep differs from the one stored there: " + "; ".join(diffs),
+                          hint="give the same target, workload and grid as before, or --force to resume anyway "
+                          "(finished points are kept as they are)")
+
+
+def _jsonish(x: Any) -> Any:
+    return json.loads(json.dumps(x, default=str))
+
+
+def _short(x: Any, limit: int = 200) -> str:
+    text = json.dumps(x, default=str, sort_keys=True)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
