@@ -104,7 +104,7 @@ def compare(
                                    noise_floor=floor)
             result["figures"].append({"a": base["name"], "b": other["name"], "level": level, "rows": rows})
     if report:
-        _write_report(runs[0], result, report)
+        _write_report(runs, result, report)
     if json_out:
         sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode() + "\n")
         return
@@ -128,18 +128,23 @@ def compare(
         con.print(ft)
 
 
-def _write_report(first: str, result: dict[str, Any], out: str) -> None:
-    from servelab.records.rundir import is_run_dir
+def _write_report(dirs: list[str], result: dict[str, Any], out: str) -> None:
+    from servelab.records.rundir import is_run_dir, read_run
     from servelab.report.html import write_run_report
 
+    first = dirs[0]
     if not is_run_dir(first):
         raise ConfigError("--report writes the comparison into run A's report: A must be a run directory",
                           hint="for sweeps, compare with --json and use `servelab report SWEEP_DIR`")
     block = result["figures"][0] if result["figures"] else None
     comparison = {"names": [block["a"], block["b"]] if block else result["names"][:2], "diff": result["diff"],
-                  "figures": block["rows"] if block else []}
+                  "figures": block["rows"] if block else [],
+                  "runs": [(n, read_run(d)) for n, d in zip(result["names"], dirs, strict=True) if is_run_dir(d)]}
     path = write_run_report(Path(first), Path(out), comparison=comparison)
-    Console(stderr=True, soft_wrap=True).print(f"report written to {path}", highlight=False)
+    pngs = sorted(path.parent.glob(f"{path.stem}-*.png"))
+    Console(stderr=True, soft_wrap=True).print(
+        f"report written to {path} (one self-contained file: charts inline; PNG copies of them beside it: "
+        f"{', '.join(p.name for p in pngs) or 'none'})", highlight=False)
 
 
 def _fraction(text: str, flag: str = "--max-regression") -> float:

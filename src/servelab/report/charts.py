@@ -39,8 +39,9 @@ def pareto_chart(series: Sequence[Mapping[str, Any]], path: Path, *, per: str = 
         front = [every[i] for i in pareto_front(every)]
         ax.step([p[0] for p in front], [p[1] for p in front], where="post", color="black", lw=2, alpha=0.5,
                 label="Pareto front")
-    ax.set_xlim(left=0)
-    ax.set_ylim(bottom=0)
+    xs_all, ys_all = [p[0] for p in every] or [1.0], [p[1] for p in every] or [1.0]
+    ax.set_xlim(0, max(xs_all) * 1.2)
+    ax.set_ylim(0, max(ys_all) * 1.15)
     ax.set_xlabel("interactivity: tokens/s per user (1000 / median time per output token)")
     ax.set_ylabel(f"output tokens/s per {per}")
     ax.set_title(f"Throughput per {per} against interactivity ({len(every)} points; labels: load level)",

@@ -25,7 +25,7 @@ from servelab.analysis.compare import request_samples
 from servelab.errors import RunDirError
 from servelab.records.rundir import RunData, read_run
 from servelab.report import plots
-from servelab.report.html_advice import advice_section, comparison_section, cost_section
+from servelab.report.html_advice import advice_section, comparison_headline, comparison_section, cost_section
 from servelab.report.html_charts import (
     client_section,
     pareto_section,
@@ -83,6 +83,9 @@ def _distributions(page: _Page, run: RunData, label: str) -> None:
     mode = "open" if _get(run.manifest, "config", "load", "rate") is not None else "closed"
     s = request_samples(run.requests, mode)
     page.h2(f"TTFT and inter-token latency distributions{label}")
+    if len(s["ttft_ms"]) == 0:
+        page.add('<p class="toosmall">No request succeeded: there is no latency to draw.</p>')
+        return
     page.image("ttft", "TTFT histogram", lambda p: plots.histogram(s["ttft_ms"], p, title="Time to first token"))
     page.image("itl", "ITL histogram", lambda p: plots.histogram(s["itl_ms"], p, title="Inter-token latency"))
 
@@ -197,13 +200,20 @@ def _write_sweep(page: _Page, source: SweepData, title: str, comparison: Mapping
 
 def _write_run(page: _Page, source: RunData, title: str, comparison: Mapping[str, Any] | None) -> None:
     extra = [] if source.complete else ["the run did not finish: figures come from its journals"]
-    _top(page, title, headline(source.summary, source.manifest), banner(source.summary, extra))
+    words = headline(source.summary, source.manifest)
+    if comparison:
+        words = f"{comparison_headline(comparison)} Run {(comparison.get('names') or ['A'])[0]}: {words}"
+    _top(page, title, words, banner(source.summary, extra))
     comparison_section(page, comparison)
     if comparison and comparison.get("runs"):
         pareto_section(page, runs_pareto_series(comparison["runs"]))
-    task_block(page, source.summary)
-    key_figures(page, source.summary)
-    errors_section(page, source.summary, source.requests)
+    if not _get(source.summary, "requests", "ok") and _get(source.summary, "requests", "sent"):
+        errors_section(page, source.summary, source.requests)  # nothing succeeded: the errors are the answer
+        key_figures(page, source.summary)
+    else:
+        task_block(page, source.summary)
+        key_figures(page, source.summary)
+        errors_section(page, source.summary, source.requests)
     _run_sections(page, source)
     _config(page, source.manifest)
 

@@ -82,10 +82,7 @@ def comparison_section(page: Page, comparison: Mapping[str, Any] | None) -> None
     page.add('<h2 id="comparison">Comparison</h2>')
     figs = comparison.get("figures") or []
     if figs:
-        moved = [r for r in figs if r.get("verdict") not in (None, "within noise", "no difference")]
-        page.add(f"<p>{esc(names[1])} against {esc(names[0])}: "
-                 + (esc("; ".join(f"{_figure(r['figure'])} {r['verdict']}" for r in moved[:6])) if moved else
-                    "no figure differs beyond the noise") + ".</p>")
+        page.add(f"<p>{esc(comparison_headline(comparison))}</p>")
         page.add(table(["figure", names[0], names[1], "difference", "95% interval", "verdict"],
                        [[_figure(r["figure"]), sig(r.get("a")), sig(r.get("b")), _signed(r.get("diff")),
                          f"{_signed(r.get('lo'))} to {_signed(r.get('hi'))}", r.get("verdict")] for r in figs],
@@ -93,9 +90,28 @@ def comparison_section(page: Page, comparison: Mapping[str, Any] | None) -> None
     if comparison.get("diff"):
         rows = [[r["label"], *[v if v is not None else "not recorded" for v in r["values"]], r["status"]]
                 for r in comparison["diff"]]
-        page.add("<p>What differs between the runs (everything else is the same):</p>")
-        page.add(table(["dimension", *names, "status"], [r for r in rows if r[-1] != "same"] or rows,
-                       csv_name="what-differs"))
+        differ = [r for r in rows if r[-1] not in ("same", "not recorded")]
+        unknown = [r[0] for r in rows if r[-1] == "not recorded"]
+        if differ:
+            page.add("<p>What differs between the runs (everything else recorded is the same):</p>")
+            page.add(table(["dimension", *names, "status"], differ, csv_name="what-differs"))
+        else:
+            page.add("<p>No recorded dimension differs between the runs.</p>")
+        if unknown:
+            page.add(f'<p class="muted">Not recorded for these runs: {esc(", ".join(unknown))}.</p>')
+
+
+def comparison_headline(comparison: Mapping[str, Any]) -> str:
+    """'B against A: time to first token p99 (ms) worse; ... (3 of 16 figures beyond the noise).'"""
+    names = comparison.get("names") or ["A", "B"]
+    figs = comparison.get("figures") or []
+    moved = [r for r in figs if r.get("verdict") not in (None, "within noise", "no difference")]
+    if not figs:
+        return f"{names[1]} against {names[0]}: no figure could be compared."
+    if not moved:
+        return f"{names[1]} against {names[0]}: no figure differs beyond the noise ({len(figs)} compared)."
+    words = "; ".join(f"{_figure(r['figure'])} {r['verdict']}" for r in moved[:6])
+    return f"{names[1]} against {names[0]}: {words} ({len(moved)} of {len(figs)} figures beyond the noise)."
 
 
 def _signed(v: Any) -> str:

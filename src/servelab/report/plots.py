@@ -82,6 +82,13 @@ def knee_plot(levels: Sequence[float], throughput: Sequence[float | None], p50: 
     return _save(fig, path)
 
 
+def _amount(v: float, unit: str) -> str:
+    """3 significant figures; a duration in ms in the unit that reads best (310 µs, 1.99 s)."""
+    from servelab.report.words import duration_ms, sig
+
+    return duration_ms(v) if unit == "ms" else f"{sig(v)} {unit}"
+
+
 def histogram(values: np.ndarray, path: Path, *, title: str, unit: str = "ms", bins: int = 60) -> Path:
     """Distribution of one metric with p50/p95/p99 marked; the last 0.1% beyond the axis are counted."""
     v = np.asarray(values, dtype=float)
@@ -99,8 +106,8 @@ def histogram(values: np.ndarray, path: Path, *, title: str, unit: str = "ms", b
     ax.hist(np.clip(v, 0, top), bins=bins, range=(0, top), color="#4c72b0", alpha=0.85)
     for p, c in ((50, "p50"), (95, "p95"), (99, "p99")):
         q = float(np.percentile(v, p))
-        ax.axvline(q, color=_COLORS[c], ls="--", lw=1.2, label=f"p{p} {q:,.1f} {unit}")
-    extra = f"; {beyond} beyond {top:,.0f} {unit} in the last bin" if beyond else ""
+        ax.axvline(q, color=_COLORS[c], ls="--", lw=1.2, label=f"p{p} {_amount(q, unit)}")
+    extra = f"; {beyond} beyond {_amount(top, unit)} in the last bin" if beyond else ""
     ax.set_title(f"{title} (n = {v.size:,}{extra})", fontsize=10)
     ax.set_xlabel(unit)
     ax.set_ylabel("count")
