@@ -30,6 +30,7 @@ EXAMPLES: dict[str, str] = {
     "serve": "servelab sim serve --deployment sim:llama-3.1-8b@1xh100 --port 8000",
     "stats": "servelab trace stats trace.csv --format azure",
     "init": "servelab config init run.yaml",
+    "doc": "servelab config doc > docs/config.md",
 }
 
 
