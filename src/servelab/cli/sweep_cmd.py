@@ -52,6 +52,8 @@ def sweep(
                                                  "(dtype/precision, engine, server command) and flag quality drops.")] = None,
     budget: Annotated[float | None, typer.Option(help="Time budget for the whole sweep, seconds.")] = None,
     resume: Annotated[str | None, typer.Option(help="Resume the sweep in this directory.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="With --resume: resume even when the target, workload "
+                                        "or grid differ from the stored sweep.")] = False,
     seed: Annotated[int | None, typer.Option(help="Seed.")] = None,
     out: Annotated[str | None, typer.Option(help="Directory in which the sweep directory is created.")] = None,
     name: Annotated[str | None, typer.Option(help="Sweep name.")] = None,
@@ -90,7 +92,7 @@ def sweep(
             raise ConfigError("--server-cmd needs --health-url", hint="e.g. --health-url http://127.0.0.1:8000/health")
         server = ServerSpec(server_cmd, health_url, startup_timeout)
     spec = SweepSpec(base=base, axes=axes, out=out or base.get("out", "runs"), name=name, server=server,
-                     budget_s=budget, resume_dir=Path(resume) if resume else None,
+                     budget_s=budget, resume_dir=Path(resume) if resume else None, force=force,
                      argv=["servelab", *sys.argv[1:]], report=report,
                      accuracy=AccuracySpec(n=accuracy, seed=seed or 0) if accuracy else None,
                      parallel=_parallel(parallel), ray_address=None if ray is None else ("" if ray == "local" else ray))
@@ -108,6 +110,9 @@ def sweep(
 
         render_sweep(state, wide_console())
     err.print(f"sweep written to {sweep_dir}")
+    from servelab.cli.verdict import sweep_verdict
+
+    sweep_verdict(state, str(sweep_dir))
 
 
 def _parallel(n: int | None) -> int:

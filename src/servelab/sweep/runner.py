@@ -51,6 +51,7 @@ class SweepSpec:
     server: ServerSpec | None = None
     budget_s: float | None = None
     resume_dir: Path | None = None
+    force: bool = False  # resume even when target, workload or grid differ from the stored sweep
     argv: list[str] = field(default_factory=list)
     report: bool = True
     accuracy: AccuracySpec | None = None
@@ -106,10 +107,11 @@ def run_sweep(spec: SweepSpec, say: Callable[[str], None] = lambda s: None) -> t
     if spec.resume_dir is not None:
         sweep_dir = Path(spec.resume_dir)
         state = st.load(sweep_dir)
+        st.check_resume(state, redact(spec.axes), redact(spec.base), force=spec.force, sweep_dir=sweep_dir)
         done = {e["key"]: e for e in state["points"] if st.finished_point(sweep_dir, e)}
     else:
         sweep_dir = create_run_dir(spec.out, (spec.name or "") + "-sweep" if spec.name else "sweep")
-        state = st.new_state(spec.axes, redact(spec.base), redact_argv(spec.argv), utc_now_iso(), spec.budget_s)
+        state = st.new_state(redact(spec.axes), redact(spec.base), redact_argv(spec.argv), utc_now_iso(), spec.budget_s)
         done = {}
     state["points"] = [done.get(p.key) or _entry(p, "pending") for p in points]
     st.save(sweep_dir, state)
@@ -134,12 +136,15 @@ def run_sweep(spec: SweepSpec, say: Callable[[str], None] = lambda s: None) -> t
         say(f"[{i + 1}/{len(points)}] {p.key}: {entry['status']} in {entry.get('wall_s', 0):.1f} s; "
             f"about {eta:.0f} s left")
         st.save(sweep_dir, state)
+        if entry["status"] == "interrupted":  # Ctrl-C cut this point: stop here; --resume runs it again
+            break
     state["knees"], state["knee"], state["knee_reason"] = knees_for(state["points"])
     state["scaling"] = scaling_for(sweep_dir, state["points"])
     state["decision"] = decision_for(sweep_dir, state)
     state["split"] = split_for(state["points"], (state.get("base_config") or {}).get("slo"))
     state["ended_at"] = utc_now_iso()
     state["complete"] = all(e["status"] in ("ok", "failed") for e in state["points"])
+    state["interrupted"] = any(e["status"] == "interrupted" for e in state["points"])
     st.save(sweep_dir, state)
     if spec.report:
         _report(sweep_dir, say)
@@ -178,7 +183,7 @@ def run_point_task(sweep_dir: Path, spec: SweepSpec, p: Point, cfg: RunConfig, s
 
 
 def _entry(p: Point, status: str, **kw: Any) -> dict[str, Any]:
-    return {"index": p.index, "key": p.key, "params": p.params, "level": p.level, "status": status,
+    return {"index": p.index, "key": p.key, "params": redact(p.params), "level": p.level, "status": status,
             "run_dir": None, "summary": None, "error": None, **kw}
 
 
@@ -203,7 +208,8 @@ def _run_point(sweep_dir: Path, p: Point, cfg: RunConfig, spec: SweepSpec, slot:
             server.start()
             extra["server"]["ready_s"] = time.monotonic() - t_srv  # start-up is part of a topology's cost
         result = execute(cfg, argv=spec.argv, run_dir=run_dir, report=False, manifest_extra=extra)
-        entry = _entry(p, "ok", run_dir=p.key, summary=result.summary, wall_s=time.monotonic() - t)
+        status = "interrupted" if result.outcome.stopped_by == "interrupt" else "ok"
+        entry = _entry(p, status, run_dir=p.key, summary=result.summary, wall_s=time.monotonic() - t)
         if server is not None:
             entry["server_ready_s"] = extra["server"]["ready_s"]
         if spec.accuracy is not None:  # while the point's server is still up
