@@ -51,8 +51,8 @@ def lag_reasons(mode: str, lag_p99_ms: float | None, max_lag_p99_ms: float) -> l
         return []
     return [
         f"schedule lag p99 {lag_p99_ms:.3g} ms exceeds limits.max_lag_p99_ms {max_lag_p99_ms:g} ms: the client "
-        "sent later than its open-loop schedule, so the offered rate was lower than asked (lower the rate "
-        "or raise limits.max_lag_p99_ms)"
+        "sent later than its open-loop schedule, so the offered rate was lower than asked (lower the rate, "
+        "send from several processes with --workers N, or raise limits.max_lag_p99_ms)"
     ]
 
 
@@ -63,7 +63,7 @@ def runner_reasons(extra: Mapping[str, Any], max_lag_p99_ms: float, records: int
     if loop_lag is not None and loop_lag > max_lag_p99_ms:
         out.append(
             f"client event loop saturated: timer lag p99 {loop_lag:.3g} ms exceeds {max_lag_p99_ms:g} ms, so "
-            "timestamps were taken late (lower the concurrency or rate this process drives)"
+            "timestamps were taken late (spread the load over processes with --workers N, or lower it)"
         )
     elif extra.get("loop_saturated"):
         out.append("client event loop saturated (reported by the runner): timestamps may be late")

@@ -76,10 +76,10 @@ def _invoke(args: list[str]) -> int:
     try:
         rv = app(args=args, prog_name="servelab", standalone_mode=False)
     except Interrupted as e:
-        err_console.print(escape(str(e)), highlight=False, soft_wrap=True)
+        err_console.print(escape(_clean(str(e))), highlight=False, soft_wrap=True)
         return e.exit_code
     except ServelabError as e:
-        err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {escape(_clean(str(e)))}", highlight=False, soft_wrap=True)
         return e.exit_code
     except typer.Exit as e:
         return _exit_code(e.exit_code)
@@ -97,6 +97,13 @@ def _invoke(args: list[str]) -> int:
         raise
     # In non-standalone mode typer returns an Exit's code (and turns Ctrl-C into 130) instead of raising.
     return _exit_code(rv)
+
+
+def _clean(message: str) -> str:
+    """A message as printed: any URL's user:password hidden (secrets never reach the terminal)."""
+    from servelab.records.manifest import redact_text
+
+    return redact_text(message)
 
 
 def _exit_code(rv: object) -> int:
