@@ -50,9 +50,14 @@ def _json(out: str) -> dict:
 
 
 def test_replay_over_http_records_every_request_with_its_schedule(sim_server, tmp_path, capsys):
-    # 100x: the 200 requests of the slice (61 s of trace) in about 0.6 s of wall time
-    rc = main(["replay", str(AZURE), "--format", "azure", "--speed", "100", "--target", sim_server,
-               "--out", str(tmp_path), "--json", "--no-report", "--max-requests", "60"])
+    # 20x: the first 60 requests of the slice in about 1.5 s of wall time, ~40 req/s, which this server (in a
+    # thread of the test process) keeps up with; at 100x (~200 req/s) it falls behind and the run is INVALID.
+    # The client shares this (loaded, shared) machine with the server: a schedule lag of tens of ms must not
+    # make this test of the records fail (exit 1, INVALID), so the lag limit is raised.
+    cfg = tmp_path / "lag.yaml"
+    cfg.write_text("limits: {max_lag_p99_ms: 500}\n")
+    rc = main(["replay", str(AZURE), "--format", "azure", "--speed", "20", "--target", sim_server,
+               "--out", str(tmp_path), "--json", "--no-report", "--max-requests", "60", "--config", str(cfg)])
     out = capsys.readouterr().out
     assert rc == 0
     s = _json(out)
@@ -60,7 +65,7 @@ def test_replay_over_http_records_every_request_with_its_schedule(sim_server, tm
     trace = load_trace(AZURE, "azure")
     assert s["requests"]["sent"] == rep["requests"] == rep["trace_requests"] == 60
     assert s["requests"]["ok"] == 60
-    assert rep["speed"] == 100
+    assert rep["speed"] == 20
     assert rep["lag_ms_p99"] >= 0 and rep["achieved_rate"] > 0 and rep["ks"]["n_achieved"] == 59
     # each response was forced to the trace's output length, over the wire too
     assert s["tokens"]["output"] == sum(max(1, r.output_tokens) for r in trace.requests[:60])

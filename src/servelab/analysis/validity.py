@@ -28,7 +28,6 @@ import numpy as np
 MAX_ERROR_RATE = 0.05
 MIN_ACHIEVED_FRACTION = 0.9
 MIN_OPEN_LOOP_SAMPLE = 20  # fewer completions than this: too few to tell offered from achieved
-_SPAN_QUANTILES = (10.0, 90.0)  # the middle 80% of sends and of completions (robust to first/last outliers)
 
 
 def count_reasons(requests: Mapping[str, Any], unknown: Mapping[str, int]) -> list[str]:
@@ -113,28 +112,39 @@ def steady_state_reasons(mode: str, sent: int, concurrency: int | None) -> list[
 
 
 def offered_vs_achieved(intended_ns: np.ndarray, end_ns: np.ndarray) -> dict[str, float] | None:
-    """Open loop: the rate requests were offered (intended send times) and completed (end times).
+    """Open loop: the rate requests were offered and the rate the server completed them.
 
-    Both are measured over the middle 80% of their own times (10th to 90th percentile), so a server that
-    keeps up completes at the rate it was offered whatever its latency; one that falls behind completes at
-    its capacity. ``None`` when there are too few requests to tell.
+    A server that keeps up answers each request in about the same time whenever it was sent; one that falls
+    behind queues them, and the time from intended send to end grows linearly with the send time, with
+    slope ``offered / capacity - 1``. The slope (least squares over every completed request) gives the
+    achieved fraction ``1 / (1 + slope)`` whatever the latency, and its standard error says whether the
+    growth is more than noise (heterogeneous lengths make latencies vary). ``None`` with too few requests.
     """
     keep = np.isfinite(intended_ns) & np.isfinite(end_ns)
-    if int(keep.sum()) < MIN_OPEN_LOOP_SAMPLE:
+    n = int(keep.sum())
+    if n < MIN_OPEN_LOOP_SAMPLE:
         return None
-    lo, hi = _SPAN_QUANTILES
-    sent_span = float(np.subtract(*np.percentile(intended_ns[keep], [hi, lo])))
-    done_span = float(np.subtract(*np.percentile(end_ns[keep], [hi, lo])))
-    if sent_span <= 0 or done_span <= 0:
+    t = (intended_ns[keep] - intended_ns[keep].min()) / 1e9
+    lat = (end_ns[keep] - intended_ns[keep]) / 1e9
+    span = float(t.max())
+    sxx = float(((t - t.mean()) ** 2).sum())
+    if span <= 0 or sxx <= 0:
         return None
-    n_mid = (hi - lo) / 100.0 * (int(keep.sum()) - 1)
-    return {"offered_rps": n_mid / sent_span * 1e9, "achieved_rps": n_mid / done_span * 1e9,
-            "fraction": sent_span / done_span}
+    slope = float(((t - t.mean()) * (lat - lat.mean())).sum() / sxx)
+    resid = lat - lat.mean() - slope * (t - t.mean())
+    se = float(np.sqrt((resid ** 2).sum() / (n - 2) / sxx))
+    offered = (n - 1) / span
+    fraction = 1.0 / (1.0 + max(slope, -0.5))
+    return {"offered_rps": offered, "achieved_rps": offered * fraction, "fraction": fraction,
+            "latency_growth": slope, "latency_growth_se": se}
 
 
 def achieved_reasons(mode: str, load: Mapping[str, float] | None, min_fraction: float) -> list[str]:
+    """INVALID when latency grows faster than ``1/min_fraction - 1`` s per s of sending, by more than 2 SE."""
     if mode != "open" or load is None or load["fraction"] >= min_fraction:
         return []
+    if load["latency_growth"] - 2 * load["latency_growth_se"] <= 1 / min_fraction - 1:
+        return []  # the shortfall is within the noise of the latencies
     return [f"offered {load['offered_rps']:.3g} req/s but requests completed at {load['achieved_rps']:.3g} "
             f"req/s ({load['fraction']:.0%} < validity.min_achieved_fraction {min_fraction:.0%}): the server "
             "did not keep up, so queues grew all run and latencies depend on how long it ran (lower the rate)"]

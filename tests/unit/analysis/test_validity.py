@@ -106,3 +106,12 @@ def test_too_few_open_loop_requests_to_tell():
     intended = [float(i) for i in range(19)]
 
     assert offered_vs_achieved(np.array(intended), np.array(intended) + 1) is None
+
+
+def test_latencies_that_vary_but_do_not_grow_are_not_a_shortfall():
+    # 20 requests at 10/s whose latencies alternate 0.1 s and 3 s (a trace's mixed lengths): the ends spread
+    # out, but latency does not grow with send time, so the server kept up.
+    recs = [ok(i, i * S // 10, i * S // 10 + (3 * S if i % 2 else S // 10)) for i in range(20)]
+    s = summarize(recs, load={"rate": 10})
+    assert s["valid"] is True, s["invalid_reasons"]
+    assert abs(s["offered_vs_achieved"]["latency_growth"]) < 2 * s["offered_vs_achieved"]["latency_growth_se"] + 0.2
