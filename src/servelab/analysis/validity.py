@@ -28,6 +28,7 @@ import numpy as np
 MAX_ERROR_RATE = 0.05
 MIN_ACHIEVED_FRACTION = 0.9
 MIN_OPEN_LOOP_SAMPLE = 20  # fewer completions than this: too few to tell offered from achieved
+MIN_SPAN_OVER_LATENCY = 2.0  # open loop: send for at least 2 x the median latency, or it is all ramp and drain
 
 
 def count_reasons(requests: Mapping[str, Any], unknown: Mapping[str, int]) -> list[str]:
@@ -111,14 +112,19 @@ def steady_state_reasons(mode: str, sent: int, concurrency: int | None) -> list[
             f"run never reached a steady state (send at least {concurrency} requests, ideally many more)"]
 
 
-def offered_vs_achieved(intended_ns: np.ndarray, end_ns: np.ndarray) -> dict[str, float] | None:
-    """Open loop: the rate requests were offered and the rate the server completed them.
+def offered_vs_achieved(intended_ns: np.ndarray, end_ns: np.ndarray) -> dict[str, Any] | None:
+    """Open loop: the rate requests were offered and the rate the server completed them, two ways.
 
-    A server that keeps up answers each request in about the same time whenever it was sent; one that falls
-    behind queues them, and the time from intended send to end grows linearly with the send time, with
-    slope ``offered / capacity - 1``. The slope (least squares over every completed request) gives the
-    achieved fraction ``1 / (1 + slope)`` whatever the latency, and its standard error says whether the
-    growth is more than noise (heterogeneous lengths make latencies vary). ``None`` with too few requests.
+    * Latency growth: a server that keeps up answers a request in about the same time whenever it was
+      sent; one that falls behind queues them, and the time from intended send to end grows with the send
+      time, slope ``offered / capacity - 1`` (least squares over every completed request, with its standard
+      error: mixed lengths make latencies vary). Achieved fraction ``1 / (1 + slope)``.
+    * Window: with the median latency L, the requests sent in ``[first send, last send - L]`` should end in
+      ``[first send + L, last send]``; a server that batches everything and finishes late (a transient, not a
+      queue) ends far fewer there. Used when that window is at least a quarter of the sending span.
+
+    ``fraction`` is the lower of the two; ``shortfall_significant`` says whether it is beyond the noise.
+    ``None`` with fewer than 20 completed requests.
     """
     keep = np.isfinite(intended_ns) & np.isfinite(end_ns)
     n = int(keep.sum())
@@ -134,20 +140,44 @@ def offered_vs_achieved(intended_ns: np.ndarray, end_ns: np.ndarray) -> dict[str
     resid = lat - lat.mean() - slope * (t - t.mean())
     se = float(np.sqrt((resid ** 2).sum() / (n - 2) / sxx))
     offered = (n - 1) / span
-    fraction = 1.0 / (1.0 + max(slope, -0.5))
-    return {"offered_rps": offered, "achieved_rps": offered * fraction, "fraction": fraction,
-            "latency_growth": slope, "latency_growth_se": se}
+    lmed = float(np.median(lat))
+    out: dict[str, Any] = {"offered_rps": offered, "send_span_s": span, "median_latency_s": lmed,
+                           "latency_growth": slope, "latency_growth_se": se,
+                           "growth_fraction": 1.0 / (1.0 + max(slope, -0.5)), "window_fraction": None}
+    if span - lmed >= 0.25 * span:
+        sent_w = int((t <= span - lmed).sum())
+        done_w = int(((t + lat >= lmed) & (t + lat <= span)).sum())
+        if sent_w >= MIN_OPEN_LOOP_SAMPLE:
+            out.update(window_fraction=done_w / sent_w, window_sent=sent_w, window_done=done_w)
+    fractions = [out["growth_fraction"]] + ([out["window_fraction"]] if out["window_fraction"] is not None else [])
+    out["fraction"] = min(fractions)
+    out["achieved_rps"] = offered * out["fraction"]
+    return out
 
 
-def achieved_reasons(mode: str, load: Mapping[str, float] | None, min_fraction: float) -> list[str]:
-    """INVALID when latency grows faster than ``1/min_fraction - 1`` s per s of sending, by more than 2 SE."""
-    if mode != "open" or load is None or load["fraction"] >= min_fraction:
+def _shortfall(load: Mapping[str, Any], min_fraction: float) -> bool:
+    """Is the shortfall below ``min_fraction`` more than noise (2 standard errors; Poisson for counts)?"""
+    growth = (load["growth_fraction"] < min_fraction
+              and load["latency_growth"] - 2 * load["latency_growth_se"] > 1 / min_fraction - 1)
+    window = (load["window_fraction"] is not None and load["window_fraction"] < min_fraction
+              and load["window_sent"] - load["window_done"] > 2 * np.sqrt(load["window_sent"]))
+    return bool(growth or window)
+
+
+def achieved_reasons(mode: str, load: Mapping[str, Any] | None, min_fraction: float,
+                     throughput_rps: float | None = None) -> list[str]:
+    if mode != "open" or load is None:
         return []
-    if load["latency_growth"] - 2 * load["latency_growth_se"] <= 1 / min_fraction - 1:
-        return []  # the shortfall is within the noise of the latencies
+    if load["fraction"] >= min_fraction or not _shortfall(load, min_fraction):
+        if load["send_span_s"] < MIN_SPAN_OVER_LATENCY * load["median_latency_s"]:
+            seen = f"; the measured throughput is {throughput_rps:.3g} req/s" if throughput_rps else ""
+            return [f"open loop at {load['offered_rps']:.3g} req/s sent for only {load['send_span_s']:.3g} s, less "
+                    f"than {MIN_SPAN_OVER_LATENCY:g} x the median latency ({load['median_latency_s']:.3g} s){seen}: "
+                    "the run is mostly ramp-up and drain, never a steady state (send more requests or for longer)"]
+        return []
     return [f"offered {load['offered_rps']:.3g} req/s but requests completed at {load['achieved_rps']:.3g} "
             f"req/s ({load['fraction']:.0%} < validity.min_achieved_fraction {min_fraction:.0%}): the server "
-            "did not keep up, so queues grew all run and latencies depend on how long it ran (lower the rate)"]
+            "did not keep up, so latencies depend on how long the run lasted (lower the rate)"]
 
 
 def warnings_for(summary: Mapping[str, Any], extra: Mapping[str, Any]) -> list[str]:
@@ -169,7 +199,7 @@ def warnings_for(summary: Mapping[str, Any], extra: Mapping[str, Any]) -> list[s
 
 
 def verdict_reasons(cols: Any, config: Any, mode: str, requests: Mapping[str, Any],
-                    errors: Mapping[str, Any]) -> tuple[list[str], dict[str, float] | None]:
+                    errors: Mapping[str, Any]) -> tuple[list[str], dict[str, Any] | None]:
     """The outcome, steady-state and offered-vs-achieved rules for one run's columns and config."""
     v = getattr(config, "validity", None)
     max_err = float(getattr(v, "max_error_rate", MAX_ERROR_RATE))
@@ -178,9 +208,11 @@ def verdict_reasons(cols: Any, config: Any, mode: str, requests: Mapping[str, An
     if not getattr(config, "is_agent", False):
         load = getattr(config, "load", None)
         reasons += steady_state_reasons(mode, requests["sent"], getattr(load, "effective_concurrency", None))
-    load_check = None
+    load_check: dict[str, Any] | None = None
     if mode == "open":
         keep = ~cols.warmup & (cols.status != "cancelled")
         load_check = offered_vs_achieved(cols.t("intended_ns")[keep], cols.t("end_ns")[keep])
-        reasons += achieved_reasons(mode, load_check, min_frac)
+        ends, starts = cols.t("end_ns")[keep], cols.t("intended_ns")[keep]
+        base_s = (np.nanmax(ends) - np.nanmin(starts)) / 1e9 if np.isfinite(ends).any() else 0.0
+        reasons += achieved_reasons(mode, load_check, min_frac, requests["ok"] / base_s if base_s > 0 else None)
     return reasons, load_check

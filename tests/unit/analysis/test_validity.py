@@ -86,16 +86,31 @@ def test_open_loop_server_that_falls_behind_is_invalid_with_both_rates():
     assert s["valid"] is False
     assert s["invalid_reasons"] == [
         "offered 60 req/s but requests completed at 23.5 req/s (39% < validity.min_achieved_fraction 90%): the "
-        "server did not keep up, so queues grew all run and latencies depend on how long it ran (lower the rate)"]
-    assert summarize(recs, load={"rate": 60}, validity={"min_achieved_fraction": 0.35})["valid"] is True
+        "server did not keep up, so latencies depend on how long the run lasted (lower the rate)"]
+    # Below a 35% floor the shortfall is accepted; the run is still only 1.65 s of sending against a median
+    # latency of 2.3 s, which is its own reason.
+    lenient = summarize(recs, load={"rate": 60}, validity={"min_achieved_fraction": 0.35})
+    assert len(lenient["invalid_reasons"]) == 1 and "ramp-up and drain" in lenient["invalid_reasons"][0]
 
 
-def test_open_loop_server_that_keeps_up_is_valid_whatever_its_latency():
-    # Every request takes 3 s, longer than the whole 1.65 s send window: completions still come at 60/s.
-    recs = [ok(i, i * S // 60, i * S // 60 + 3 * S) for i in range(100)]
+def test_open_loop_server_that_keeps_up_is_valid_even_with_many_requests_in_flight():
+    # 100 requests at 60/s over 1.65 s, each taking 0.5 s (30 in flight): completions come at 60/s too.
+    recs = [ok(i, i * S // 60, i * S // 60 + S // 2) for i in range(100)]
     s = summarize(recs, load={"rate": 60})
     assert s["offered_vs_achieved"]["fraction"] == pytest.approx(1.0, abs=1e-6)
     assert s["valid"] is True
+
+
+def test_open_loop_run_shorter_than_twice_its_latency_is_all_ramp_and_drain():
+    # The same, each taking 3 s: 1.65 s of sending is less than 2 x 3 s, so no steady state was reached
+    # (the "60 req/s offered, 23.5 achieved": throughput = 100 / (1.65 + 3) s = 21.5 req/s).
+    recs = [ok(i, i * S // 60, i * S // 60 + 3 * S) for i in range(100)]
+    s = summarize(recs, load={"rate": 60})
+    assert s["valid"] is False
+    assert s["invalid_reasons"] == [
+        "open loop at 60 req/s sent for only 1.65 s, less than 2 x the median latency (3 s); the measured "
+        "throughput is 21.5 req/s: the run is mostly ramp-up and drain, never a steady state (send more "
+        "requests or for longer)"]
 
 
 def test_too_few_open_loop_requests_to_tell():
@@ -109,9 +124,11 @@ def test_too_few_open_loop_requests_to_tell():
 
 
 def test_latencies_that_vary_but_do_not_grow_are_not_a_shortfall():
-    # 20 requests at 10/s whose latencies alternate 0.1 s and 3 s (a trace's mixed lengths): the ends spread
+    # 200 requests at 10/s whose latencies alternate 0.1 s and 3 s (a trace's mixed lengths): the ends spread
     # out, but latency does not grow with send time, so the server kept up.
-    recs = [ok(i, i * S // 10, i * S // 10 + (3 * S if i % 2 else S // 10)) for i in range(20)]
+    recs = [ok(i, i * S // 10, i * S // 10 + (3 * S if i % 2 else S // 10)) for i in range(200)]
     s = summarize(recs, load={"rate": 10})
     assert s["valid"] is True, s["invalid_reasons"]
-    assert abs(s["offered_vs_achieved"]["latency_growth"]) < 2 * s["offered_vs_achieved"]["latency_growth_se"] + 0.2
+    load = s["offered_vs_achieved"]
+    assert abs(load["latency_growth"]) < 2 * load["latency_growth_se"] + 0.01
+    assert load["window_fraction"] > 0.95  # ~177 of the 184 sent in the window end in it (by hand)
