@@ -112,7 +112,7 @@ def decision_rows(decision: dict[str, Any]) -> list[list[str]]:
     for r in decision.get("rows", []):
         tp = r.get(col) if col == "tasks_per_hour" else None
         eff = r.get("scaling_efficiency")
-        note = "collapsed: " + r["collapse_reason"] if r.get("collapsed") else ("" if r.get("healthy") else "unhealthy")
+        note = "collapsed" if r.get("collapsed") else ("" if r.get("healthy") else "unhealthy")  # why: advice
         rows.append([str(r["target"]), _num(r.get("gpus"), "{:,.0f}"), f"{r['level']:g}",
                      _num(r.get("output_tokens_per_s"), "{:,.0f}"), _num(tp, "{:,.0f}"),
                      _num(r.get("task_p50_s"), "{:,.1f}"), _num(r.get("task_p95_s"), "{:,.1f}"),
@@ -128,7 +128,7 @@ def render_decision(decision: dict[str, Any], console: Console) -> None:
                                 if win else "")
     t = Table(title=title, title_justify="left")
     for c in DECISION_HEAD:
-        t.add_column(c, justify="left" if c in ("target", "note") else "right")
+        t.add_column(c, justify="left" if c in ("target", "note") else "right", no_wrap=c == "target")
     for row in decision_rows(decision):
         t.add_row(*row)
     console.print(t)
