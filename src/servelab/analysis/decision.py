@@ -27,6 +27,7 @@ import numpy as np
 WARM_FRACTION = 0.25
 MIN_SUCCESS = 0.9
 COLLAPSE_DROP = 0.2
+MIN_TASKS = 10  # tasks inside the window below which a cell is noisy (flagged, not hidden)
 
 
 @dataclass
@@ -88,6 +89,7 @@ def _row(p: PointData, win: tuple[float, float] | None, gpu_hour_usd: float | No
         n = int(((ends >= w0) & (ends <= w1)).sum())
         hours = (w1 - w0) / 3600.0
         row["tasks_in_window"] = n
+        row["low_sample"] = n < MIN_TASKS
         row["tasks_per_hour"] = n / hours if hours > 0 else None
         if gpu_hour_usd is not None and p.gpus:
             row["usd_per_task"] = gpu_hour_usd * p.gpus * hours / n if n else None

@@ -10,6 +10,8 @@ Items (``{"kind", "text", "levels"}``):
                  and both prices ("only when task p95 matters more than cost")
     crossover    the level from which a larger topology of the same model wins on tasks/h and on $/task
     other_model  a different (e.g. smaller dense) model in the sweep: where it is the choice, where not
+    choice_within_model  with several models, the choice among each model's topologies
+    sample       cells with fewer than MIN_TASKS tasks inside the window (noisy)
     ready        time to ready of the servers the sweep started
 """
 
@@ -17,6 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from servelab.analysis.decision import MIN_TASKS
 
 
 def _levels_word(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -143,6 +147,23 @@ def _other_models(table: Mapping[str, Any], chosen: Mapping[float, Mapping[str, 
     return out
 
 
+def _per_model(table: Mapping[str, Any], word: str) -> list[dict[str, Any]]:
+    """With several models, the topology choice (and latency option) within each model of 2+ targets."""
+    models = list(dict.fromkeys(t["model"] for t in table["targets"]))
+    if len(models) < 2:
+        return []
+    out = []
+    for m in models:
+        rows = [r for r in table["rows"] if r["model"] == m]
+        if len({r["target"] for r in rows}) < 2:
+            continue
+        sub = {**table, "rows": rows}
+        c, chosen = _choice(sub, word)
+        out.append({**c, "kind": "choice_within_model", "text": f"Among {m} topologies: " + c["text"]})
+        out += [{**x, "text": f"Among {m} topologies: " + x["text"]} for x in _latency(sub, chosen, word)]
+    return out
+
+
 def advice_from_table(table: Mapping[str, Any]) -> list[dict[str, Any]]:
     rows = table["rows"]
     if not rows:
@@ -150,7 +171,12 @@ def advice_from_table(table: Mapping[str, Any]) -> list[dict[str, Any]]:
     word = _levels_word(rows)
     choice, chosen = _choice(table, word)
     out = [choice, *_collapses(rows, word), *_latency(table, chosen, word), *_crossovers(table, word),
-           *_other_models(table, chosen, word)]
+           *_other_models(table, chosen, word), *_per_model(table, word)]
+    few = sorted({(r["target"], r["level"]) for r in rows if r.get("low_sample")})
+    if few:
+        out.append({"kind": "sample", "levels": [lv for _, lv in few],
+                    "text": "Few tasks ended inside the window at " + ", ".join(f"{t} {lv:g}" for t, lv in few)
+                            + f" (under {MIN_TASKS}): those cells are noisy; run longer to confirm them."})
     ready = {r["target"]: r["ready_s"] for r in rows if r.get("ready_s") is not None}
     if ready:
         out.append({"kind": "ready", "levels": [],

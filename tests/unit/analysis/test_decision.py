@@ -82,3 +82,15 @@ def test_a_smaller_dense_model_option_is_covered():
     text = [a["text"] for a in t["advice"] if a["kind"] == "other_model"]
     # llama: 12/700 = 0.0171 $/task beats 1 node at 16 (0.04) and 64 (0.02); 2 nodes at 256 is 0.02
     assert text == ["The Llama-3.1-70B option (llama-70b, 8 GPUs) is the choice at 16, 64, 256 sessions."]
+    within = [a["text"] for a in t["advice"] if a["kind"] == "choice_within_model"]
+    assert within == ["Among DeepSeek-V3 topologies: Choice by lowest $ per successful task among healthy targets: "
+                      "1 node up to ~64 sessions; 2 nodes beyond (256 sessions)."]
+
+
+def test_few_tasks_in_the_window_are_flagged():
+    pts = [_point(t, i) for t in ("1 node", "2 nodes") for i in range(3)]
+    pts[0].task_ends_s = [1000.0 + k for k in range(9)]  # 1 node at 16: 9 tasks in the window
+    t = decision_table(pts, gpu_hour_usd=2.0)
+    assert _row(t, "1 node", 16)["low_sample"] and not _row(t, "1 node", 64)["low_sample"]
+    (few,) = [a["text"] for a in t["advice"] if a["kind"] == "sample"]
+    assert few.startswith("Few tasks ended inside the window at 1 node 16 (under 10)")
