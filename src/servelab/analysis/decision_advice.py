@@ -109,7 +109,7 @@ def _latency(table: Mapping[str, Any], chosen: Mapping[float, Mapping[str, Any]]
         lvls = ", ".join(f"{x[0]:g}" for x in items)
         out.append({"kind": "latency", "levels": [x[0] for x in items],
                     "text": f"{t} only when task p95 matters more than cost: lower {key.replace('_', ' ')} at "
-                            f"{lvls} {word} (at {lv:g}: {fast[key]:,.3g} {unit} vs {c[key]:,.3g} {unit} for "
+                            f"{lvls} {word} (at {lv:g}: {_v(fast[key])} {unit} vs {_v(c[key])} {unit} for "
                             f"{c['target']}{price})."})
     return out
 
@@ -183,3 +183,7 @@ def advice_from_table(table: Mapping[str, Any]) -> list[dict[str, Any]]:
                     "text": "Time to ready (server start to healthy, part of a topology's cost): "
                             + "; ".join(f"{t} {v:,.1f} s" for t, v in ready.items()) + "."})
     return out
+
+
+def _v(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:,.3g}"
