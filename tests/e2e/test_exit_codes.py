@@ -158,3 +158,20 @@ def test_ctrl_c_at_the_start_exits_130_in_one_line_and_leaves_nothing_half_writt
     for run_dir in tmp_path.iterdir():  # whatever is left must say it is interrupted or incomplete
         data = read_run(run_dir)
         assert data.manifest.get("status") == "interrupted" or not data.complete
+
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "traces"
+
+
+@pytest.mark.parametrize(("trace", "fmt", "extra"), [("mt_bench_slice.jsonl", "mt-bench", ["--rate", "1"]),
+                                                     ("claude_code", "claude-code", [])])
+def test_a_session_trace_replay_is_valid_and_exits_0(trace, fmt, extra, tmp_path, capsys):
+    # One runner job per session: its turns are many records, which is not "records lost".
+    rc = main(["replay", str(DATA / trace), "--format", fmt, *extra, "--target", "sim:llama-3.1-8b@1xh100",
+               "--out", str(tmp_path), "--json", "--no-report"])
+    out = capsys.readouterr().out
+    summary = json.loads(out[out.index("{"):])
+    assert rc == 0 and summary["valid"] is True, summary["invalid_reasons"]
+    r = summary["requests"]
+    assert r["sent"] == r["ok"] + sum(r["failed"].values()) + r["cancelled"] > 0
+    assert summary["run"]["extra"]["requests_issued"] is None  # jobs are sessions: not compared with records
