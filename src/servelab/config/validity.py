@@ -18,6 +18,6 @@ class ValidityConfig(Strict):
     )
     min_achieved_fraction: float = Field(
         default=0.9, ge=0, le=1,
-        description="Open loop: completions must keep up with sends; the completion rate below this fraction "
-        "of the offered rate (both over the middle 80% of the run) marks the run INVALID.",
+        description="Open loop: completions must keep up with sends; an achieved rate below this fraction of "
+        "the offered rate (beyond noise) marks the run INVALID (docs/exit-codes.md says how both are measured).",
     )
