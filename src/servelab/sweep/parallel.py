@@ -29,15 +29,26 @@ def slot_values(spec_vars: dict[str, Any], slot: int) -> dict[str, Any]:
             "slot": slot}
 
 
-def for_slot(cfg: RunConfig, server: Any, slot: int | None) -> tuple[RunConfig, Any]:
-    """The point's config and server spec with the slot's ``{port}``/``{gpus}`` filled in."""
-    if slot is None:
-        return cfg, server
-    values = slot_values(server.variables if server is not None else {}, slot)
-    url = cfg.target.url
-    if "{port}" in url:
-        cfg = cfg.model_copy(update={"target": cfg.target.model_copy(update={"url": url.replace("{port}", str(values["port"]))})})
+def slot_base(base: dict[str, Any], server: Any, slot: int) -> dict[str, Any]:
+    """The sweep's base config with ``{port}`` in the target URL filled for ``slot``."""
+    url = (base.get("target") or {}).get("url")
+    if not isinstance(url, str) or "{port}" not in url:
+        return base
+    port = slot_values(server.variables if server is not None else {}, slot)["port"]
+    return {**base, "target": {**base["target"], "url": url.replace("{port}", str(port))}}
+
+
+def for_slot(cfg: RunConfig, server: Any, slot: int | None, *, base: dict[str, Any] | None = None,
+             params: dict[str, Any] | None = None) -> tuple[RunConfig, Any]:
+    """The point's config and server spec with the slot's ``{port}``/``{gpus}`` filled in (a serial sweep
+    is slot 0)."""
+    slot = 0 if slot is None else slot
+    if base is not None and slot_base(base, server, slot) is not base:
+        from servelab.sweep.runner import point_config
+
+        cfg = point_config(slot_base(base, server, slot), params or {})
     if server is not None:
+        values = slot_values(server.variables, slot)
         server = replace(server, health_url=server.health_url.replace("{port}", str(values["port"])),
                          variables={**server.variables, **values})
     return cfg, server

@@ -103,7 +103,9 @@ def _plain(v: Any) -> str:
 def run_sweep(spec: SweepSpec, say: Callable[[str], None] = lambda s: None) -> tuple[Path, dict[str, Any]]:
     points = expand(spec.axes)
     # Validate every point before running any (or creating anything): a typo must not cost a sweep.
-    configs = {p.key: point_config(spec.base, p.params) for p in points}
+    from servelab.sweep.parallel import slot_base
+
+    configs = {p.key: point_config(slot_base(spec.base, spec.server, 0), p.params) for p in points}
     if spec.resume_dir is not None:
         sweep_dir = Path(spec.resume_dir)
         state = st.load(sweep_dir)
@@ -191,7 +193,7 @@ def _run_point(sweep_dir: Path, p: Point, cfg: RunConfig, spec: SweepSpec, slot:
     """One point (in this process, a worker process or a Ray task; ``slot``: its parallel slot's port/GPUs)."""
     from servelab.sweep.parallel import for_slot
 
-    cfg, server_spec = for_slot(cfg, spec.server, slot)
+    cfg, server_spec = for_slot(cfg, spec.server, slot, base=spec.base, params=p.params)
     run_dir = sweep_dir / p.key
     if run_dir.exists():  # a point killed mid-run: start it again from nothing
         shutil.rmtree(run_dir)
