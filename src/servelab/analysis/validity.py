@@ -164,6 +164,14 @@ def _shortfall(load: Mapping[str, Any], min_fraction: float) -> bool:
     return bool(growth or window)
 
 
+def _rate(load: Mapping[str, Any]) -> str:
+    """The offered rate as sent; with the rate asked for beside it when a random draw moved it by > 5%."""
+    sent, asked = load["offered_rps"], load.get("asked_rps")
+    if asked and abs(sent - asked) > 0.05 * asked:
+        return f"{sent:.3g} req/s (asked {asked:.3g}; the arrival draw sent {sent:.3g})"
+    return f"{sent:.3g} req/s"
+
+
 def achieved_reasons(mode: str, load: Mapping[str, Any] | None, min_fraction: float,
                      throughput_rps: float | None = None) -> list[str]:
     if mode != "open" or load is None:
@@ -171,11 +179,11 @@ def achieved_reasons(mode: str, load: Mapping[str, Any] | None, min_fraction: fl
     if load["fraction"] >= min_fraction or not _shortfall(load, min_fraction):
         if load["send_span_s"] < MIN_SPAN_OVER_LATENCY * load["median_latency_s"]:
             seen = f"; the measured throughput is {throughput_rps:.3g} req/s" if throughput_rps else ""
-            return [f"open loop at {load['offered_rps']:.3g} req/s sent for only {load['send_span_s']:.3g} s, less "
+            return [f"open loop at {_rate(load)} sent for only {load['send_span_s']:.3g} s, less "
                     f"than {MIN_SPAN_OVER_LATENCY:g} x the median latency ({load['median_latency_s']:.3g} s){seen}: "
                     "the run is mostly ramp-up and drain, never a steady state (send more requests or for longer)"]
         return []
-    return [f"offered {load['offered_rps']:.3g} req/s but requests completed at {load['achieved_rps']:.3g} "
+    return [f"offered {_rate(load)} but requests completed at {load['achieved_rps']:.3g} "
             f"req/s ({load['fraction']:.0%} < validity.min_achieved_fraction {min_fraction:.0%}): the server "
             "did not keep up, so latencies depend on how long the run lasted (lower the rate)"]
 
@@ -212,6 +220,9 @@ def verdict_reasons(cols: Any, config: Any, mode: str, requests: Mapping[str, An
     if mode == "open":
         keep = ~cols.warmup & (cols.status != "cancelled")
         load_check = offered_vs_achieved(cols.t("intended_ns")[keep], cols.t("end_ns")[keep])
+        asked = getattr(getattr(config, "load", None), "rate", None)
+        if load_check is not None and asked and getattr(getattr(config, "workload", None), "kind", "") != "replay":
+            load_check["asked_rps"] = float(asked)
         ends, starts = cols.t("end_ns")[keep], cols.t("intended_ns")[keep]
         base_s = (np.nanmax(ends) - np.nanmin(starts)) / 1e9 if np.isfinite(ends).any() else 0.0
         reasons += achieved_reasons(mode, load_check, min_frac, requests["ok"] / base_s if base_s > 0 else None)
