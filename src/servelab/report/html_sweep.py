@@ -17,6 +17,7 @@ from typing import Any
 from servelab.analysis.knee import max_load_meeting_slo
 from servelab.report import plots
 from servelab.report.html_page import Page, esc, get, num, pct, table
+from servelab.report.words import duration_ms, sig
 
 LEVEL_AXES = ("concurrency", "rate", "sessions", "session_rate")
 
@@ -251,12 +252,13 @@ def points_table(page: Page, state: Mapping[str, Any]) -> None:
     for p in points:
         s = p.get("summary")
         rows.append([params_words(p.get("params")), p.get("status"), num(get(s, "requests", "ok"), "{:,}"),
-                     num(get(s, "throughput", "output_tokens_per_s")), num(get(s, "metrics", "ttft_ms", "p50")),
-                     num(get(s, "metrics", "ttft_ms", "p99")), num(get(s, "metrics", "e2e_ms", "p95")),
-                     num(get(s, "throughput", "goodput_requests_per_s"), "{:,.2f}"),
+                     sig(get(s, "throughput", "output_tokens_per_s")), duration_ms(get(s, "metrics", "ttft_ms", "p50")),
+                     duration_ms(get(s, "metrics", "ttft_ms", "p99")), duration_ms(get(s, "metrics", "e2e_ms", "p95")),
+                     sig(get(s, "throughput", "goodput_requests_per_s")),
                      *(_accuracy_cells(p.get("accuracy")) if with_acc else []), p.get("error") or ""])
         classes.append("flagged" if get(p, "accuracy", "vs_first_setup", "flagged") else "")
-    head = ["point", "status", "ok", "out tok/s", "TTFT p50", "TTFT p99", "E2E p95", "goodput/s",
+    head = ["point", "status", "ok", "output tokens/s", "time to first token p50", "p99", "end-to-end p95",
+            "goodput req/s",
             *(["accuracy [95% CI]", "vs first setup"] if with_acc else []), "error"]
     page.add(table(head, rows, row_classes=classes, left_last=True))
 
