@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from servelab.clock import Clock, WallClock
-from servelab.config.models import TargetConfig
 from servelab.errors import TargetError
 from servelab.records.schema import CANCELLED, DISCONNECTED, TIMEOUT, RequestRecord
 from servelab.transport import _wire
@@ -25,6 +27,40 @@ from servelab.transport._exchange import IDLE_S, MAX_RESPONSE_BYTES, ModelExchan
 from servelab.transport._pool import Pool
 from servelab.transport.base import ModelRequest, new_record
 from servelab.transport.probe import HttpProbe, ProbeOptions
+
+
+@dataclass(frozen=True, slots=True)
+class HttpOptions:
+    """What the HTTP transport needs, and nothing of the user's config models (DESIGN: transports take
+    their own options object). :meth:`of` reads them from any object shaped like ``TargetConfig``."""
+
+    url: str
+    model: str | None = None
+    stream: bool = True
+    headers: Mapping[str, str] = field(default_factory=dict)
+    api_key_env: str | None = None
+    verify_tls: bool = True
+    extra_body: Mapping[str, Any] = field(default_factory=dict)
+    connect_s: float = 10.0
+    first_token_s: float = 120.0
+    total_s: float = 600.0
+    idle_s: float = IDLE_S
+    max_response_bytes: int = MAX_RESPONSE_BYTES
+
+    @classmethod
+    def of(cls, target: Any) -> HttpOptions:
+        """Options from a ``TargetConfig`` (or anything with its attribute names); an ``HttpOptions`` as is."""
+        if isinstance(target, HttpOptions):
+            return target
+        if getattr(target, "is_sim", False):
+            raise TargetError(f"HttpTransport needs an http(s) URL, got the simulator target '{target.url}'",
+                              hint="use the simulator transport for sim targets")
+        t = target.timeouts
+        return cls(url=target.url, model=target.model, stream=target.stream, headers=dict(target.headers),
+                   api_key_env=target.api_key_env, verify_tls=target.verify_tls,
+                   extra_body=dict(target.extra_body), connect_s=t.connect_s, first_token_s=t.first_token_s,
+                   total_s=t.total_s, idle_s=getattr(t, "idle_s", IDLE_S),
+                   max_response_bytes=getattr(target, "max_response_bytes", MAX_RESPONSE_BYTES))
 
 
 class HttpTransport:
@@ -36,11 +72,9 @@ class HttpTransport:
     (:class:`~servelab.transport.probe.HttpProbe`), on its own connection.
     """
 
-    def __init__(self, target: TargetConfig, clock: Clock, concurrency: int) -> None:
-        if target.is_sim:
-            raise TargetError(f"HttpTransport needs an http(s) URL, got the simulator target '{target.url}'",
-                              hint="use the simulator transport for sim targets")
-        self.target = target
+    def __init__(self, target: HttpOptions | Any, clock: Clock, concurrency: int) -> None:
+        self.target = target  # as given (an HttpOptions, or the user's TargetConfig)
+        self.options = target = HttpOptions.of(target)
         self.clock = clock
         # WallClock.now is time.monotonic_ns: call the C function directly on the hot path.
         self._now = time.monotonic_ns if type(clock) is WallClock else clock.now
@@ -49,14 +83,14 @@ class HttpTransport:
         self._stream_headers = _wire.header_block(self.endpoint, target.headers, bearer, "text/event-stream")
         self._json_headers = _wire.header_block(self.endpoint, target.headers, bearer, "application/json")
         self._pool = Pool(self.endpoint, _wire.ssl_context(self.endpoint, target.verify_tls),
-                          target.timeouts.connect_s, concurrency, self._now)
+                          target.connect_s, concurrency, self._now)
         self._model = target.model
         self._resolve_lock = asyncio.Lock()
         self._paths = {"chat": self.endpoint.path("/chat/completions"),
                        "completions": self.endpoint.path("/completions")}
         self._extra = dict(target.extra_body)
-        self._idle_s = getattr(target.timeouts, "idle_s", IDLE_S)
-        self._max_bytes = getattr(target, "max_response_bytes", MAX_RESPONSE_BYTES)
+        self._idle_s = target.idle_s
+        self._max_bytes = target.max_response_bytes
 
     # -- model requests -------------------------------------------------------------------------------
 
@@ -65,7 +99,7 @@ class HttpTransport:
         ``CancelledError`` after closing the connection (the caller owns cancellation)."""
         rec = new_record(req)
         model = self._model if self._model is not None else await self.resolve_model()
-        stream = req.stream and self.target.stream
+        stream = req.stream and self.options.stream
         body = _wire.build_body(req, model, stream, self._extra)
         path = self._paths.get(req.api)
         if path is None:
@@ -73,21 +107,21 @@ class HttpTransport:
         head = _wire.request_head("POST", path, self._stream_headers if stream else self._json_headers,
                                   len(body))
         payload = head + body
-        timeouts = self.target.timeouts
+        opts = self.options
         now = self._now
         for attempt in (0, 1):
             try:
                 conn = await self._pool.acquire() if attempt == 0 else await self._pool.connect()
             except TimeoutError:
-                return _failed(rec, now(), TIMEOUT, f"connect timed out after {timeouts.connect_s:g} s")
+                return _failed(rec, now(), TIMEOUT, f"connect timed out after {opts.connect_s:g} s")
             except OSError as err:
-                return _failed(rec, now(), DISCONNECTED, f"connect to {self.target.url} failed: {err}")
+                return _failed(rec, now(), DISCONNECTED, f"connect to {opts.url} failed: {err}")
             reused = conn.reused > 0
-            ex = ModelExchange(rec, now, conn, stream, timeouts.total_s, self._idle_s, self._max_bytes)
+            ex = ModelExchange(rec, now, conn, stream, opts.total_s, self._idle_s, self._max_bytes)
             conn.exchange = ex
             rec.sent_ns = now()
             conn.write(payload)
-            ex.arm(timeouts.first_token_s)
+            ex.arm(opts.first_token_s)
             try:
                 await ex.fut
             except asyncio.CancelledError:
@@ -113,7 +147,7 @@ class HttpTransport:
         async with self._resolve_lock:
             if self._model is not None:
                 return self._model
-            probe = HttpProbe(probe_options(self.target), self.clock)
+            probe = HttpProbe(probe_options(self.options), self.clock)
             try:
                 return await probe.resolve_model()
             finally:
@@ -132,11 +166,11 @@ class HttpTransport:
         return self._pool.opened
 
 
-def probe_options(target: TargetConfig) -> ProbeOptions:
-    """The probe's options for an HTTP target: the same URL, headers, key and TLS as the data path."""
-    return ProbeOptions(url=target.url, model=target.model, headers=dict(target.headers),
-                        api_key_env=target.api_key_env, verify_tls=target.verify_tls,
-                        connect_s=target.timeouts.connect_s, timeout_s=min(30.0, target.timeouts.total_s))
+def probe_options(target: HttpOptions | Any) -> ProbeOptions:
+    """The probe's options for the same target (an :class:`HttpOptions` or the user's ``TargetConfig``)."""
+    o = HttpOptions.of(target)
+    return ProbeOptions(url=o.url, model=o.model, headers=dict(o.headers), api_key_env=o.api_key_env,
+                        verify_tls=o.verify_tls, connect_s=o.connect_s, timeout_s=min(30.0, o.total_s))
 
 
 def _failed(rec: RequestRecord, t: int, status: str, error: str) -> RequestRecord:
