@@ -18,7 +18,6 @@ from typing import Literal
 
 import numpy as np
 
-from servelab.config.models import LoadConfig
 from servelab.errors import ConfigError
 
 Arrival = Literal["poisson", "gamma", "constant"]
@@ -110,14 +109,6 @@ def arrival_offsets_ns(
     if duration_s is not None:
         offsets = offsets[: int(np.searchsorted(offsets, limit_ns, side="left"))]
     return offsets
-
-
-def offsets_for(load: LoadConfig, n: int | None, duration_s: float | None, seed: int) -> np.ndarray:
-    """Schedule for an open-loop ``LoadConfig`` (``load.rate`` set)."""
-    if load.rate is None:
-        raise ConfigError("an arrival schedule needs load.rate (open loop); load has concurrency instead",
-                          hint="set load.rate, or run closed loop without a schedule")
-    return arrival_offsets_ns(load.rate, load.arrival, load.burstiness, n=n, duration_s=duration_s, seed=seed)
 
 
 def time_scale(
