@@ -1,9 +1,8 @@
 import numpy as np
 import pytest
 
-from servelab.config.models import LoadConfig
 from servelab.errors import ConfigError
-from servelab.load.arrivals import MAX_ARRIVALS, arrival_offsets_ns, offsets_for, time_scale
+from servelab.load.arrivals import MAX_ARRIVALS, arrival_offsets_ns, time_scale
 
 
 @pytest.mark.parametrize("arrival", ["poisson", "gamma", "constant"])
@@ -70,13 +69,6 @@ def test_zero_requests_is_empty():
 def test_bad_inputs_are_config_errors(kwargs, match):
     with pytest.raises(ConfigError, match=match):
         arrival_offsets_ns(**kwargs)
-
-
-def test_offsets_for_load_config():
-    o = offsets_for(LoadConfig(rate=4.0, arrival="constant"), n=3, duration_s=None, seed=0)
-    assert o.tolist() == [0, 250_000_000, 500_000_000]
-    with pytest.raises(ConfigError, match="needs load.rate"):
-        offsets_for(LoadConfig(concurrency=4), n=3, duration_s=None, seed=0)
 
 
 def test_time_scale_speed_and_rate():
