@@ -93,7 +93,7 @@ def sweep(
         server = ServerSpec(server_cmd, health_url, startup_timeout)
     spec = SweepSpec(base=base, axes=axes, out=out or base.get("out", "runs"), name=name, server=server,
                      budget_s=budget, resume_dir=Path(resume) if resume else None, force=force,
-                     argv=["servelab", *sys.argv[1:]], report=report,
+                     argv=["servelab", *sys.argv[1:]], report=report, report_writer=_sweep_report_writer(),
                      accuracy=AccuracySpec(n=accuracy, seed=seed or 0) if accuracy else None,
                      parallel=_parallel(parallel), ray_address=None if ray is None else ("" if ray == "local" else ray))
     err = Console(stderr=True, soft_wrap=True, highlight=False)
@@ -121,3 +121,10 @@ def _parallel(n: int | None) -> int:
     if n is not None and n < 1:
         raise ConfigError(f"--parallel {n}: needs at least 1 point at a time", hint="e.g. --parallel 2")
     return n or 1
+
+
+def _sweep_report_writer():
+    """report.html's writer for the sweep (cli wires it: sweep does not import report)."""
+    from servelab.report.html import write_sweep_report
+
+    return write_sweep_report

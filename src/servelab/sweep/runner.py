@@ -54,6 +54,8 @@ class SweepSpec:
     force: bool = False  # resume even when target, workload or grid differ from the stored sweep
     argv: list[str] = field(default_factory=list)
     report: bool = True
+    # Writes the sweep's report.html (cli passes report.html.write_sweep_report: sweep never imports report).
+    report_writer: Callable[[Path], Any] | None = None
     accuracy: AccuracySpec | None = None
     parallel: int = 1  # points run at once, each in a worker process (or a Ray task with ray_address)
     ray_address: str | None = None  # "" = a local Ray cluster, else an existing one
@@ -83,11 +85,14 @@ def point_config(base: dict[str, Any], params: dict[str, Any]) -> RunConfig:
     return validate(RunConfig, data, source="sweep point")
 
 
+# What the target ``sim`` means: servelab.sim.target.DEFAULT_SPEC, spelled here so that sweep does not
+# import the simulator (tests/unit/sweep/test_sweep_units.py checks the two agree).
+DEFAULT_SIM_SPEC = "sim:sim-tiny@1xh100"
+
+
 def _with_sim_keys(url: str, keys: dict[str, Any]) -> str:
     """``sim:MODEL@NxHW,a=1`` with ``keys`` set (replacing the same keys); plain ``sim`` is its default spec."""
-    from servelab.sim.target import DEFAULT_SPEC
-
-    spec = DEFAULT_SPEC if url == "sim" else url
+    spec = DEFAULT_SIM_SPEC if url == "sim" else url
     if spec.lower().endswith((".yaml", ".yml")):
         raise ConfigError(f"cannot sweep simulator keys {sorted(keys)} over a deployment file ({spec})",
                           hint="use a sim:MODEL@COUNTxHARDWARE target, or sweep target with several files")
@@ -148,8 +153,8 @@ def run_sweep(spec: SweepSpec, say: Callable[[str], None] = lambda s: None) -> t
     state["complete"] = all(e["status"] in ("ok", "failed") for e in state["points"])
     state["interrupted"] = any(e["status"] == "interrupted" for e in state["points"])
     st.save(sweep_dir, state)
-    if spec.report:
-        _report(sweep_dir, say)
+    if spec.report and spec.report_writer is not None:
+        _report(sweep_dir, spec.report_writer, say)
     return sweep_dir, state
 
 
@@ -259,13 +264,9 @@ def _template_values(cfg: RunConfig) -> dict[str, Any]:
     return out
 
 
-def _report(sweep_dir: Path, say: Callable[[str], None]) -> None:
+def _report(sweep_dir: Path, write: Callable[[Path], Any], say: Callable[[str], None]) -> None:
     try:
-        from servelab.report.html import write_sweep_report
-    except ImportError:
-        return
-    try:
-        path = write_sweep_report(sweep_dir)
+        path = write(sweep_dir)
         say(f"report: {path}")
     except Exception as e:  # noqa: BLE001 - the measured sweep is already on disk
         say(f"warning: report not written: {type(e).__name__}: {e}")

@@ -64,3 +64,10 @@ def test_knee_words_for_every_shape_of_result():
     assert "256 or beyond" in knee_words({"level": None, "beyond": True, "low": 256.0}, None)
     assert knee_words({"level": 16.0, "low": 4.0, "high": 64.0, "confidence": "high"}, None) == \
         "knee at 16 (range 4-64), confidence high"
+
+
+def test_the_sweeps_default_sim_spec_is_the_simulators():
+    from servelab.sim.target import DEFAULT_SPEC
+    from servelab.sweep.runner import DEFAULT_SIM_SPEC
+
+    assert DEFAULT_SIM_SPEC == DEFAULT_SPEC
