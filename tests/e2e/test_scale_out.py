@@ -174,3 +174,30 @@ def test_ray_sweep_equals_the_serial_one(tmp_path, ray_cluster):
     _, serial = _sweep(tmp_path / "serial")
     _, on_ray = _sweep(tmp_path / "ray", parallel=2, ray_address="")
     assert _figures(on_ray) == _figures(serial)
+
+
+def test_ctrl_c_at_the_coordinator_stops_every_worker_and_keeps_the_merged_result(server, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    run = subprocess.Popen([sys.executable, "-m", "servelab.cli.main", "run", "--target", server.url,
+                            "--concurrency", "4", "--duration", "120", "--output-tokens", "64", "--workers", "2",
+                            "--out", str(tmp_path), "--no-report", "--json"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # poll: both workers have journaled requests, so both are running
+        journals = [list(tmp_path.glob(f"*/{n}")) for n in ("requests.journal.jsonl", "requests.journal.w1.jsonl")]
+        if all(j and j[0].read_bytes().count(b"\n") >= 2 for j in journals):
+            break
+        time.sleep(0.05)
+    run.send_signal(signal.SIGINT)
+    out, err = run.communicate(timeout=90)
+    assert run.returncode == 130, err.decode()[-2000:]
+    s = json.loads(out)
+    r = s["requests"]
+    assert r["cancelled"] == 4 and r["ok"] >= 4  # one in flight per user, two users per worker
+    assert r["sent"] == r["ok"] + sum(r["failed"].values()) + r["cancelled"]
+    assert [w["worker"] for w in s["workers"]] == [0, 1]
+    rows = pq.read_table(next(tmp_path.iterdir()) / "requests.parquet").to_pydict()
+    assert {w for w, st in zip(rows["worker"], rows["status"], strict=True) if st == "cancelled"} == {0, 1}

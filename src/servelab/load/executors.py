@@ -14,6 +14,7 @@ error, exitcode)`` builds the outcome of a shard that died. Nothing here knows w
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import pickle
@@ -114,6 +115,21 @@ class _Coordinator:
         return [w for w in range(self.workers) if w not in self.results]
 
 
+@contextlib.contextmanager
+def on_sigint(callback: Callable[[], None]) -> Any:
+    """Ctrl-C (SIGINT) calls ``callback`` while the shards run, even where SIGINT was ignored at start (a
+    background job); outside the main thread nothing is installed."""
+    try:
+        previous = signal.signal(signal.SIGINT, lambda _s, _f: callback())
+    except ValueError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def run_processes(drive: Drive, spec: Any, workers: int, *, failed: Failed, on_report: Report | None = None,
                   on_interrupt: Callable[[], None] | None = None) -> list[Any]:
     """Run ``workers`` shards in worker processes on this host; returns their outcomes by shard."""
@@ -125,6 +141,16 @@ def run_processes(drive: Drive, spec: Any, workers: int, *, failed: Failed, on_r
         p.start()
     co = _Coordinator(workers, on_report, failed)
     dead_since: dict[int, float] = {}
+    with on_sigint(lambda: _interrupt(co, stop, go, on_interrupt)):
+        _coordinate(co, procs, q, stop, go, start_at, dead_since, on_interrupt)
+    if co.raised is not None:
+        raise co.raised
+    return [co.results[w] for w in range(workers)]
+
+
+def _coordinate(co: _Coordinator, procs: list[Any], q: Any, stop: Any, go: Any, start_at: Any,
+                dead_since: dict[int, float], on_interrupt: Callable[[], None] | None) -> None:
+    workers = len(procs)
     try:
         while co.pending:
             try:
@@ -149,9 +175,6 @@ def run_processes(drive: Drive, spec: Any, workers: int, *, failed: Failed, on_r
             p.join(timeout=5)
             if p.is_alive():
                 p.kill()
-    if co.raised is not None:
-        raise co.raised
-    return [co.results[w] for w in range(workers)]
 
 
 def _interrupt(co: _Coordinator, stop: Any, go: Any, on_interrupt: Callable[[], None] | None) -> None:

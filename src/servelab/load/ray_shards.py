@@ -121,7 +121,13 @@ def run(drive: Any, spec: Any, workers: int, *, failed: Any, address: str | None
         start = time.time_ns() + int(START_LEAD_S * 1e9)
         for w, a in enumerate(actors):
             a.go.remote(start + offsets[w][0])
-        _collect(actors, co, runs, ray, on_interrupt)
+        from servelab.load.executors import on_sigint
+
+        def interrupt() -> None:
+            raise KeyboardInterrupt  # handled in _collect: every shard is told to stop
+
+        with on_sigint(interrupt):
+            _collect(actors, co, runs, ray, on_interrupt)
     finally:
         for a in actors:
             ray.kill(a, no_restart=True)
