@@ -153,7 +153,9 @@ def test_ctrl_c_at_the_start_exits_130_in_one_line_and_leaves_nothing_half_writt
     run.send_signal(signal.SIGINT)
     out, err = run.communicate(timeout=60)
     text = err.decode()
-    assert run.returncode == 130, text
+    # 130, or death by SIGINT (-2 here), which a shell also reports as 130 (128 + 2): CPython ends that way
+    # when the interrupt lands in its own start-up or shutdown.
+    assert run.returncode in (130, -signal.SIGINT), text
     assert "Traceback" not in text and "interrupted" in text
     for run_dir in tmp_path.iterdir():  # whatever is left must say it is interrupted or incomplete
         data = read_run(run_dir)
