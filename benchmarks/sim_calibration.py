@@ -94,6 +94,61 @@ def cases(fam: Family | None) -> list[tuple[str, str, float, float]]:
     return out
 
 
+def cases_for_backend(backend: str) -> list[tuple[str, str, str, str, str, float, float | None]]:
+    """(id, model kind, hardware family, engine, what, published, predicted or None when not covered) with the
+    engines the published runs used and every step priced by ``backend``."""
+    from servelab.errors import DeploymentError
+    from servelab.sim.stepcost import EngineStep, make_step_cost
+
+    def dep(spec: str) -> Deployment | None:
+        d = parse_sim_target(spec + f",backend={backend}")
+        try:
+            make_step_cost(d)
+        except DeploymentError:
+            return None
+        return d
+
+    out: list[tuple[str, str, str, str, str, float, float | None]] = []
+    d1 = dep("sim:llama-2-70b@8xh100,tp=1,pp=2,dtype=fp8,kv_dtype=fp8,max_num_seqs=1024,engine=trtllm,"
+             "max_num_batched_tokens=1024,gpu_memory_utilization=0.95,natural_median=212,natural_sigma=0.8")
+    out.append(("C-1", "dense", "hopper", "trtllm", "Llama-2-70B FP8 8xH100 offline, tok/s per node", 31_307.0,
+                offline(d1, C1_REQUESTS, C1_INPUT_TOKENS, 1024, fixed=False, steady=True) if d1 else None))
+    d2 = dep("sim:deepseek-v3@16x8xh800,dtype=fp8,kv_dtype=bf16,ep=128,dp_attention=true,expert_skew=0,"
+             "overlap=true,max_num_seqs=128,max_num_batched_tokens=16384,max_model_len=8192,engine=sglang")
+    n = 128 * 128
+    c2 = make_step_cost(d2).step(n, n * 4096) if d2 else None
+    out.append(("C-2", "moe", "hopper", "deepseek", "DeepSeek-V3 decode EP128 H800, tok/s per GPU", 2_325.0,
+                n / c2.time_s / 128 if c2 else None))
+    # LMSYS's large-EP deployment ran SGLang's expert-parallel load balancer (the same post measures its gains)
+    d3 = dep("sim:deepseek-v3@4x8xh100,dtype=fp8,ep=32,dp_attention=true,overlap=true,engine=sglang,jitter=0,eplb=true,"
+             "max_num_seqs=1024,max_num_batched_tokens=16384,max_model_len=8192")
+    cm3 = EngineStep(d3) if d3 else None
+    for length, pub in ((1024, 7_209.0), (2048, 6_818.0), (4096, 6_288.0)):
+        tok = 16_384 * 32
+        chunks = tok // length
+        c3 = cm3.step(0, 0, tok, chunks * length * (length + 1) // 2, chunks * length, chunks) if cm3 else None
+        out.append(("C-3", "moe", "hopper", "sglang", f"DeepSeek-V3 prefill EP32 H100, {length // 1024}K prompts, "
+                    "in tok/s per GPU", pub, tok / c3.time_s / 32 if c3 else None))
+    d4 = dep("sim:llama-3.1-8b@1xh100,dtype=fp8,kv_dtype=fp8,max_num_seqs=1024,max_num_batched_tokens=8192,"
+             "engine=trtllm")
+    out.append(("C-4", "dense", "hopper", "trtllm", "Llama-3.1-8B FP8 1xH100 1000/1000, out tok/s", 15_220.0,
+                offline(d4, C4_REQUESTS, 1000, 1000) if d4 else None))
+    return out
+
+
+def fit_figures(fam: Family) -> list[tuple[str, float, float]]:
+    """(id, published, roofline prediction) of the published fitting set (C-1, C-2) with family ``fam``."""
+    d1 = with_family(parse_sim_target(
+        "sim:llama-2-70b@8xh100,tp=1,pp=2,dtype=fp8,kv_dtype=fp8,max_num_seqs=1024,engine=trtllm,backend=roofline,"
+        "max_num_batched_tokens=1024,gpu_memory_utilization=0.95,natural_median=212,natural_sigma=0.8"), fam)
+    d2 = with_family(parse_sim_target(
+        "sim:deepseek-v3@16x8xh800,dtype=fp8,kv_dtype=bf16,ep=128,dp_attention=true,expert_skew=0,backend=roofline,"
+        "overlap=true,max_num_seqs=128,max_num_batched_tokens=16384,max_model_len=8192,engine=sglang"), fam)
+    n = 128 * 128
+    return [("C-1", 31_307.0, offline(d1, C1_REQUESTS, C1_INPUT_TOKENS, 1024, fixed=False, steady=True)),
+            ("C-2", 2_325.0, n / CostModel(d2).step(n, n * 4096).time_s / 128)]
+
+
 def loss(rows: list[tuple[str, str, float, float]]) -> float:
     return sum(math.log(pred / pub) ** 2 for _, _, pub, pred in rows)
 

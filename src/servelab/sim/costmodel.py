@@ -58,6 +58,10 @@ class RooflineCost:
         self.peak_a = hw.bf16_tflops * 1e12
         self.bw = hw.hbm_tbps * 1e12 * fam.mem_eff
         self.ce, self.dce = fam.compute_eff, fam.decode_compute_eff
+        self.moe_ce = fam.moe_compute_eff
+        # FP8/FP4 GEMMs reach a smaller fraction of their (2x/4x) peak than BF16 ones (scaling, conversion).
+        self.lp_w = fam.lowp_compute_eff if hw.tflops(d.dtype) > hw.bf16_tflops else 1.0
+        self.lp_e = fam.lowp_compute_eff if hw.tflops(d.expert_compute_dtype) > hw.bf16_tflops else 1.0
         self.wb, self.eb, self.kvb = DTYPE_BYTES[d.dtype], DTYPE_BYTES[d.expert_dtype], DTYPE_BYTES[d.kv_dtype]
         self.step_oh = 0.0  # CPU-side per-step time is the engine profile's (sim/stepcost.EngineStep)
         self.layer_oh = fam.layer_overhead_us * 1e-6
@@ -128,7 +132,7 @@ class RooflineCost:
         rows = tok / attn_dp
         c = mem = 0.0
         # Attention: projections.
-        tc, tm = self._roof(2 * m.attn_params * tok / tp, self.peak_w, self._eff(rows),
+        tc, tm = self._roof(2 * m.attn_params * tok / tp, self.peak_w, self._eff(rows) * self.lp_w,
                             m.attn_params * self.wb / attn_tp)
         c += tc
         mem += tm
@@ -157,7 +161,7 @@ class RooflineCost:
             # FFN and runs its own tokens, as SGLang and DeepSeek do for DeepSeek's first dense layers): no
             # all-reduce then, instead of one over the whole (possibly multi-node) group.
             ffn_tp = attn_tp
-            tc, tm = self._roof(2 * m.dense_ffn_params * tok / tp, self.peak_w, self._eff(tok / tp * attn_tp),
+            tc, tm = self._roof(2 * m.dense_ffn_params * tok / tp, self.peak_w, self._eff(tok / tp * attn_tp) * self.lp_w,
                                 m.dense_ffn_params * self.wb / ffn_tp)
             c += tc
             mem += tm
@@ -166,7 +170,7 @@ class RooflineCost:
             return c, mem, comm, imb, a2a
         # MoE: shared experts and router like the projections; routed experts by touched count and load.
         other = m.shared_params + m.router_params
-        tc, tm = self._roof(2 * other * tok / tp, self.peak_w, self._eff(rows), other * self.wb / attn_tp)
+        tc, tm = self._roof(2 * other * tok / tp, self.peak_w, self._eff(rows) * self.lp_w, other * self.wb / attn_tp)
         c += tc
         mem += tm
         n = tok * m.top_k
@@ -177,7 +181,7 @@ class RooflineCost:
         per_gpu_experts = min(m.n_experts / ep, touched / ep * self.static_imb)
         rows_e = n / max(touched, 1.0)
         # The slowest EP rank sets the layer: its routed-expert work is ``imb`` times the mean.
-        tc, tm = self._roof(2 * m.expert_params * n / tp * imb, self.peak_e, self._eff(rows_e),
+        tc, tm = self._roof(2 * m.expert_params * n / tp * imb, self.peak_e, self._eff(rows_e) * self.moe_ce * self.lp_e,
                             per_gpu_experts * m.expert_params * self.eb / d.moe_tp)
         c += tc
         mem += tm

@@ -31,6 +31,8 @@ class Family:
     step_overhead_us: float
     layer_overhead_us: float
     source: str = ""
+    moe_compute_eff: float = 1.0  # grouped expert GEMMs relative to dense ones at the same rows per matrix
+    lowp_compute_eff: float = 1.0  # FP8/FP4 GEMMs relative to BF16 ones (fraction of their own peak)
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +234,9 @@ def _parse_family(name: str, e: dict[str, Any], where: str) -> Family:
     keys = ("compute_eff", "decode_compute_eff", "mem_eff", "comm_eff", "step_overhead_us", "layer_overhead_us")
     _require(e, keys, where)
     vals = {k: _num(e[k], f"{where}.{k}") for k in keys}
+    for opt in ("moe_compute_eff", "lowp_compute_eff"):
+        if opt in e:
+            vals[opt] = _num(e[opt], f"{where}.{opt}")
     return Family(name=name, source=str(e.get("source", "")), **vals)  # type: ignore[arg-type]
 
 
