@@ -27,11 +27,12 @@ import orjson
 
 from servelab.records.schema import DISCONNECTED, HTTP_ERROR, MALFORMED, OK, RequestRecord
 from servelab.transport._deadlines import IDLE_S, Deadlines
+from servelab.transport._fields import Fields, error_body
 from servelab.transport._plain import PlainExchange  # noqa: F401 - re-exported (older import path)
 from servelab.transport._pool import Conn
 from servelab.transport._shape import learn_shape
 from servelab.transport._toolcalls import add_tool_deltas, tool_call_list
-from servelab.transport._wire import body_preview, error_message, error_text, usage_count
+from servelab.transport._wire import body_preview, error_message, error_text
 from servelab.transport.sse import DONE, SSEParser
 
 _loads = orjson.loads
@@ -46,7 +47,7 @@ _HEAD_MAX = 256  # bytes of an unreadable body kept for the error message
 _SSE, _JSON, _ERRBODY, _BAD, _DRAIN = 1, 2, 3, 4, 5
 
 
-class ModelExchange(Deadlines):
+class ModelExchange(Deadlines, Fields):
     """A chat/completions request whose answer is streamed (SSE) or whole (JSON)."""
 
     __slots__ = (
@@ -248,7 +249,7 @@ class ModelExchange(Deadlines):
             self.finish(MALFORMED, f"HTTP {self.rec.http_status} with a {error_text(what, 80)} body, not an "
                                    f"answer: {body_preview(b''.join(self._body))}")
         else:
-            self.finish(HTTP_ERROR, f"HTTP {self.rec.http_status}: {_error_body(b''.join(self._body))}")
+            self.finish(HTTP_ERROR, f"HTTP {self.rec.http_status}: {error_body(b''.join(self._body))}")
 
     # -- SSE events (hot) ---------------------------------------------------------------------------
 
@@ -369,38 +370,6 @@ class ModelExchange(Deadlines):
             return False
         return True
 
-    def _usage(self, usage: object) -> None:
-        """Take the token counts of a ``usage`` block; a wrong type anywhere makes the record malformed
-        (the bad value is never stored: one such row would break the run's Parquet file)."""
-        if usage.__class__ is not dict:
-            self._bad = self._bad or f"usage is {error_text(repr(usage).encode(), 60)}; expected an object"
-            return
-        rec = self.rec
-        self._usage_seen = True
-        prompt, why = usage_count(usage, "prompt_tokens")  # type: ignore[arg-type]
-        if prompt is not None:
-            rec.usage_prompt_tokens = prompt
-        done, why2 = usage_count(usage, "completion_tokens")  # type: ignore[arg-type]
-        if done is not None:
-            rec.usage_completion_tokens = done
-        details = usage.get("prompt_tokens_details")  # type: ignore[attr-defined]
-        why3 = None
-        if details.__class__ is dict:
-            cached, why3 = usage_count(details, "cached_tokens")
-            if cached is not None:
-                rec.usage_cached_tokens = cached
-        elif details is not None:
-            why3 = "usage.prompt_tokens_details is not an object"
-        bad = why or why2 or why3
-        if bad and self._bad is None:
-            self._bad = bad.replace("usage.cached_tokens", "usage.prompt_tokens_details.cached_tokens")
-
-    def _finish_reason(self, fr: object) -> None:
-        if fr.__class__ is str:
-            self.rec.finish_reason = fr[:64]  # type: ignore[index]
-        elif self._bad is None:
-            self._bad = f"finish_reason is {error_text(repr(fr).encode(), 60)}; expected a string"
-
     # -- endings ------------------------------------------------------------------------------------
 
     def _conclude(self) -> None:
@@ -420,54 +389,6 @@ class ModelExchange(Deadlines):
             self.finish(MALFORMED, f"stream ended with {what}: zero tokens received")
         else:
             self.finish(OK, None)
-
-    def _whole_body(self) -> None:
-        """A non-streamed (JSON) completion: every time is when the body was complete."""
-        rec = self.rec
-        raw = b"".join(self._body)
-        try:
-            obj = _loads(raw)
-        except _JSONDecodeError:
-            self.finish(MALFORMED, f"unparseable JSON body: {body_preview(raw)}")
-            return
-        if obj.__class__ is not dict:
-            self.finish(MALFORMED, f"JSON body is not an object: {body_preview(raw)}")
-            return
-        if "error" in obj or obj.get("object") == "error":
-            self.finish(HTTP_ERROR, f"error body: {error_message(obj)}")
-            return
-        usage = obj.get("usage")
-        if usage is not None:
-            self._usage(usage)
-        choices = obj.get("choices")
-        c = choices[0] if choices.__class__ is list and choices and choices[0].__class__ is dict else {}
-        msg = c.get("message")
-        if isinstance(msg, dict):
-            content = msg.get("content")
-            reasoning = msg.get("reasoning_content") or msg.get("reasoning")
-            tool = msg.get("tool_calls")
-        else:
-            content, reasoning, tool = c.get("text"), None, None
-        fr = c.get("finish_reason")
-        if fr is not None:
-            self._finish_reason(fr)
-        t = self._t
-        if content:
-            self._text.append(str(content))
-            rec.first_content_ns = t
-        if reasoning:
-            rec.first_reasoning_ns = t
-        if tool.__class__ is list:
-            self._tools = {}
-            add_tool_deltas(self._tools, [dict(x, index=i) for i, x in enumerate(tool) if x.__class__ is dict])
-        produced = rec.usage_completion_tokens
-        if not (content or reasoning or tool) and not produced:
-            self.finish(MALFORMED, "response carries no generated text and no completion tokens")
-            return
-        rec.first_token_ns = rec.last_token_ns = t
-        self._times.append(t)
-        rec.est_completion_tokens = produced if produced is not None else 1
-        self.finish(OK, None)
 
     def finish(self, status: str, error: str | None) -> None:
         """End the exchange: fill the record's end, resolve the future, release or close the socket."""
@@ -508,14 +429,3 @@ class ModelExchange(Deadlines):
         self._keep = False
         self._t = self._now()
         self.finish(status, error)
-
-
-def _error_body(raw: bytes) -> str:
-    """An error body as one clean line: the message of an OpenAI-style JSON error, else the text."""
-    try:
-        obj = _loads(raw)
-    except _JSONDecodeError:
-        return error_text(raw)
-    if obj.__class__ is dict and ("error" in obj or "message" in obj or "detail" in obj):
-        return error_message(obj)
-    return error_text(raw)
