@@ -331,18 +331,23 @@ def split_endpoints(values: Sequence[float], summaries: Sequence[Mapping[str, An
                     knee_level: float | None, axis: str = "max_num_seqs") -> dict[str, Any] | None:
     """Numbers for splitting interactive and bulk traffic from a sweep over ``axis`` (max-num-seqs):
 
-    interactive   the largest value whose TTFT (and any other SLO target) meets the SLO at every value up
-                  to it (:func:`max_load_meeting_slo`)
+    interactive   the largest value whose TTFT (and any other SLO target) meets the SLO
     bulk          the throughput knee over the axis (``knee_level``)
 
     with the throughput at each and ``throughput_share`` = interactive / bulk throughput. None when the SLO
     sets no target or no value meets it."""
-    try:
-        res = max_load_meeting_slo(values, summaries, slo)
-    except ConfigError:
+    targets, key, min_good = _slo_targets(slo)
+    if (not targets and min_good is None) or knee_level is None:
         return None
-    if res["level"] is None or knee_level is None:
+    # Not monotone in max-num-seqs (too few sequences queue requests, too many slow every step): the largest
+    # value that meets the SLO, whichever lower values fail.
+    checks = [(float(v), *_check_point(s, targets, key, min_good)) for v, s in zip(values, summaries, strict=True)]
+    meeting = [v for v, ok, _ in checks if ok]
+    if not meeting:
         return None
+    failing = ", ".join(f"{v:g}" for v, ok, _ in checks if not ok)
+    res = {"level": max(meeting), "reason": f"meets the SLO at {', '.join(f'{v:g}' for v in meeting)}"
+                                          + (f"; misses at {failing}" if failing else "")}
     by = {float(v): s for v, s in zip(values, summaries, strict=True)}
 
     def tput(v: float) -> float | None:
@@ -352,7 +357,6 @@ def split_endpoints(values: Sequence[float], summaries: Sequence[Mapping[str, An
     inter, bulk = float(res["level"]), float(knee_level)
     ti, tb = tput(inter), tput(bulk)
     share = ti / tb if ti is not None and tb else None
-    targets, key, _ = _slo_targets(slo)
     words = (f"interactive endpoint: {axis} {inter:g} (the largest meeting "
              + ", ".join(f"{m} {key} <= {v:g}" for m, v in targets.items())
              + f"; {ti:,.0f} tok/s)" if ti is not None else f"interactive endpoint: {axis} {inter:g}")

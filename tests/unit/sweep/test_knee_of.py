@@ -72,3 +72,14 @@ def test_split_advice_names_max_num_seqs_for_both_endpoints():
     assert sp["text"].startswith("interactive endpoint: max_num_seqs 16 (the largest meeting ttft_ms p95 <= 500")
     assert "bulk endpoint: max_num_seqs 32 (throughput knee, 3,200 tok/s)" in sp["text"]
     assert split_for(_points("concurrency", {}), {"ttft_ms": 500}) == []  # not a max-num-seqs sweep
+
+
+def test_split_interactive_is_the_largest_meeting_even_when_low_values_queue():
+    from servelab.sweep.knee_of import split_for
+
+    pts = _points("max_num_seqs", {"concurrency": 16})
+    ttft = {1: 5000.0, 2: 3000.0, 4: 100.0, 8: 200.0, 16: 400.0, 32: 800.0, 64: 1600.0, 128: 3200.0, 256: 6400.0}
+    for e in pts:  # 1 and 2 sequences queue 16 users: TTFT misses there too
+        e["summary"]["metrics"]["ttft_ms"]["p95"] = ttft[e["params"]["max_num_seqs"]]
+    (sp,) = split_for(pts, {"ttft_ms": 500, "percentile": 95})
+    assert sp["interactive"] == 16 and "misses at 1, 2, 32, 64, 128, 256" in sp["slo_check"]
