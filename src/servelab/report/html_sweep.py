@@ -122,7 +122,7 @@ def sweep_verdict(state: Mapping[str, Any], slo_results: Sequence[tuple[str, Map
     if tps:
         best, bp = max(tps, key=lambda t: t[0])
         where = f" ({params_words(_fixed(bp.get('params')))})" if len(groups) > 1 else ""
-        words.append(f"Peak output throughput {num(best)} tokens/s at {axis} {bp['level']:g}{where}.")
+        words.append(f"Peak output throughput {sig(best)} tokens/s at {axis} {bp['level']:g}{where}.")
     for label, res in slo_results or []:
         words.append(f"SLO{f' ({label})' if label else ''}: {res['reason']}.")
     if (s := scaling_sentence(state.get("scaling"))) is not None:
