@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from servelab.analysis.live import LiveStats
+from servelab.report.words import duration_ms
 
 _METRIC_LABELS = {
     "ttft_ms": "TTFT",
@@ -122,8 +123,8 @@ def _agents(summary: Mapping[str, Any]) -> Table | None:
                      f"{fmt(ses.get('accepted'))} accepted, {fmt(ses.get('failed'))} failed, "
                      f"{fmt(ses.get('timed_out'))} timed out; {fmt(ses.get('retries'))} retries, "
                      f"{fmt(ses.get('tool_failures'))} tool failures"),
-        ("tasks", f"{fmt(summary.get('tasks_per_hour'))} per hour; task time p50 {fmt(task.get('p50'))} ms, "
-                  f"p95 {fmt(task.get('p95'))} ms, p99 {fmt(task.get('p99'))} ms (n {fmt(task.get('n'))})"),
+        ("tasks", f"{fmt(summary.get('tasks_per_hour'))} per hour; task time p50 {duration_ms(task.get('p50'))}, "
+                  f"p95 {duration_ms(task.get('p95'))}, p99 {duration_ms(task.get('p99'))} (n {fmt(task.get('n'))})"),
         ("time split", ", ".join(f"{k} {fmt_pct(v)}" for k, v in split.items()) or "-"),
     ]
     cost = summary.get("cost")
