@@ -236,6 +236,9 @@ def _evaluate(name: str, action: str, conds: Sequence[Condition], facts: Mapping
     why = f"{action}: {s} of {n} tested conditions hold"
     if n < len(conds):
         why += f", {len(conds) - n} not measured"
+    if name in ("single node", "multi-node") and not settled and n:
+        why += ("; from one run's evidence only: a sweep over topologies (servelab sweep with several --target) "
+                "decides it on measured tasks/h and $/task in its decision table")
     if settled == "required":
         why = f"{action}: required, the model does not fit one node"
     elif settled == "not possible":

@@ -99,3 +99,11 @@ def test_closed_loop_arrival_cv_is_measured_not_a_constant():
     assert "closed loop" in f["label"]
     even = collect_evidence(_manifest(concurrency=16), requests=_requests(300))["arrival_cv"]
     assert even["value"] == 0.0 and even["source"] == "requests (intended send times)"  # 100 ms apart: measured 0
+
+
+def test_topology_verdicts_from_one_run_point_to_the_decision_table():
+    gaps = np.random.default_rng(0).gamma(0.25, 400, 300)
+    adv = _by_rule(advise(collect_evidence(_manifest(rate=10), requests=_requests(300, gaps_ms=gaps),
+                                           sessions=_sessions())))
+    for rule in ("single node", "multi-node"):
+        assert "from one run's evidence only" in adv[rule]["why"] and "decision table" in adv[rule]["why"]
