@@ -86,3 +86,16 @@ def test_the_context_line_says_what_is_benchmarked(flags, want):
 def test_no_python_repr_in_the_context_of_a_simulated_model():
     text = context_text(build_run_config(None, {"target": "sim", "profile": "chat", "sessions": 4}))
     assert not re.search(r"\{|'", text) and text.startswith("sim | sim-tiny on 1 x H100")
+
+
+def test_show_understands_a_sweep_directory(tmp_path, capsys):
+    import json
+
+    from tests.unit.report.fake_runs import CAPACITY, write_sweep
+
+    d = write_sweep(tmp_path / "sweep")
+    assert main(["show", str(d)]) == 0
+    out = capsys.readouterr().out
+    assert "servelab sweep" in out and f"knee at {CAPACITY}" in out
+    assert main(["show", str(d), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["points"]
