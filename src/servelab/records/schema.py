@@ -7,18 +7,42 @@ in-process simulator). ``None`` means "did not happen" (no first token on a fail
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from enum import StrEnum
 from typing import Any
 
 SCHEMA_VERSION = 2  # 2: the worker column (the run shard that sent the request / ran the session)
 
-# Request statuses. Every attempt ends in exactly one.
-OK = "ok"
-HTTP_ERROR = "http_error"
-TIMEOUT = "timeout"
-DISCONNECTED = "disconnected"
-MALFORMED = "malformed"
-CANCELLED = "cancelled"
-CLIENT_ERROR = "client_error"  # the client failed on this request (an exception in servelab, not the server)
+
+class Status(StrEnum):
+    """How a request attempt ended: exactly one per attempt. A ``StrEnum``: each member *is* its string
+    (``Status.OK == "ok"``), so records, journals, Parquet and summary.json keep the plain strings."""
+
+    OK = "ok"
+    HTTP_ERROR = "http_error"
+    TIMEOUT = "timeout"
+    DISCONNECTED = "disconnected"
+    MALFORMED = "malformed"
+    CANCELLED = "cancelled"
+    CLIENT_ERROR = "client_error"  # the client failed on this request (an exception in servelab, not the server)
+
+
+class SessionStatus(StrEnum):
+    """How a session (one agent task, or one closed-loop user) ended."""
+
+    OK = "ok"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"
+
+
+# The request statuses by name, as the code has always spelled them.
+OK = Status.OK
+HTTP_ERROR = Status.HTTP_ERROR
+TIMEOUT = Status.TIMEOUT
+DISCONNECTED = Status.DISCONNECTED
+MALFORMED = Status.MALFORMED
+CANCELLED = Status.CANCELLED
+CLIENT_ERROR = Status.CLIENT_ERROR
 STATUSES = (OK, HTTP_ERROR, TIMEOUT, DISCONNECTED, MALFORMED, CLIENT_ERROR, CANCELLED)
 FAILED_STATUSES = (HTTP_ERROR, TIMEOUT, DISCONNECTED, MALFORMED, CLIENT_ERROR)
 
@@ -33,7 +57,7 @@ class RequestRecord:
     attempt: int = 0
     worker: int = 0  # the run shard (worker process or Ray task) that sent it
     warmup: bool = False
-    status: str = CANCELLED
+    status: str = Status.CANCELLED  # a Status (str-valued: a plain string from a journal compares equal)
     http_status: int | None = None
     error: str | None = None
     # Times, ns. intended: when the schedule wanted the send; sent: when the bytes were written.
@@ -95,7 +119,7 @@ class SessionRecord:
     session_id: int
     profile: str = ""
     worker: int = 0  # the run shard that ran it
-    status: str = CANCELLED  # ok | failed | timed_out | cancelled
+    status: str = SessionStatus.CANCELLED  # a SessionStatus: ok | failed | timed_out | cancelled
     accepted: bool | None = None
     start_ns: int = 0
     end_ns: int | None = None

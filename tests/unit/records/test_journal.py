@@ -53,3 +53,16 @@ def test_a_dead_run_reads_back_from_its_journals(tmp_path):
     assert run.requests.column("end_ns").to_pylist() == [5, 15, 25]
     assert run.sessions is not None and run.sessions.num_rows == 1
     assert (tmp_path / SESSIONS_JOURNAL).exists() and not (tmp_path / "requests.parquet").exists()
+
+
+def test_statuses_are_str_enums_that_travel_as_plain_strings(tmp_path):
+    from servelab.records.schema import STATUSES, SessionStatus, Status
+
+    assert [str(s) for s in STATUSES] == ["ok", "http_error", "timeout", "disconnected", "malformed",
+                                          "client_error", "cancelled"]
+    assert Status.TIMEOUT == "timeout" and Status("timeout") is Status.TIMEOUT
+    assert [str(s) for s in SessionStatus] == ["ok", "failed", "timed_out", "cancelled"]
+    j = Journal(tmp_path)
+    j.write_request(_rec(0, Status.MALFORMED))
+    j.close()
+    assert next(read_journal(tmp_path / REQUESTS_JOURNAL))["status"] == "malformed"
