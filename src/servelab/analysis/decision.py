@@ -154,8 +154,22 @@ def crossovers(rows: Sequence[Mapping[str, Any]], col: str, cost: str) -> list[d
             levels = sorted(set(ra) & set(rb))
             out.append({"smaller": a["target"], "larger": b["target"], "levels": levels,
                         "on_throughput": _first_win(levels, ra, rb, col, higher=True),
-                        "on_cost": _first_win(levels, ra, rb, cost, higher=False)})
+                        "on_cost": _first_win(levels, ra, rb, cost, higher=False),
+                        "wins_throughput_at": _wins(levels, ra, rb, col, higher=True),
+                        "wins_cost_at": _wins(levels, ra, rb, cost, higher=False)})
     return out
+
+
+def _wins(levels: list[float], ra: dict, rb: dict, col: str, higher: bool) -> list[float]:
+    return [lv for lv in levels if _beats(ra[lv].get(col), rb[lv].get(col), higher)]
+
+
+def _beats(x: float | None, y: float | None, higher: bool) -> bool:
+    if y is None:
+        return False
+    if x is None:
+        return True
+    return y > x if higher else y < x
 
 
 def _first_win(levels: list[float], ra: dict, rb: dict, col: str, higher: bool) -> float | None:

@@ -117,13 +117,17 @@ def _latency(table: Mapping[str, Any], chosen: Mapping[float, Mapping[str, Any]]
 def _crossovers(table: Mapping[str, Any], word: str) -> list[dict[str, Any]]:
     out = []
     for x in table["crossovers"]:
-        def w(v: float | None) -> str:
-            return f"from {v:g} {word}" if v is not None else "at no level measured"
+        def w(v: float | None, at: list[float]) -> str:
+            if v is not None:
+                return f"from {v:g} {word}"
+            if at:
+                return f"at {', '.join(f'{lv:g}' for lv in at)} {word} only, not for good"
+            return "at no level measured"
 
         out.append({"kind": "crossover", "levels": [x["on_throughput"], x["on_cost"]],
                     "text": f"{x['larger']} beats {x['smaller']} on {table['goal']['throughput'].replace('_', ' ')} "
-                            f"{w(x['on_throughput'])}, and on {table['goal']['cost'].replace('_', ' ')} "
-                            f"{w(x['on_cost'])}."})
+                            f"{w(x['on_throughput'], x.get('wins_throughput_at') or [])}, and on "
+                            f"{table['goal']['cost'].replace('_', ' ')} {w(x['on_cost'], x.get('wins_cost_at') or [])}."})
     return out
 
 

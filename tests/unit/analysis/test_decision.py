@@ -94,3 +94,17 @@ def test_few_tasks_in_the_window_are_flagged():
     assert _row(t, "1 node", 16)["low_sample"] and not _row(t, "1 node", 64)["low_sample"]
     (few,) = [a["text"] for a in t["advice"] if a["kind"] == "sample"]
     assert few.startswith("Few tasks ended inside the window at 1 node 16 (under 10)")
+
+
+def test_a_win_at_one_level_only_is_not_a_crossover():
+    pts = [_point(t, i) for t in ("1 node", "2 nodes") for i in range(3)]
+    for p in pts:  # 2 nodes: 900 tasks at 64 beats 600, but 500 at 256 loses to 1 node's 600
+        n = {("1 node", 256): 600, ("2 nodes", 256): 500}.get((p.target, p.level))
+        if n:
+            p.task_ends_s = [900 + 2700 * (k + 0.5) / n for k in range(n)]
+            p.summary = {**p.summary, "sessions": {**p.summary["sessions"], "accepted": 990, "timed_out": 10}}
+    t = decision_table(pts, gpu_hour_usd=2.0)
+    (c,) = t["crossovers"]
+    assert c["on_throughput"] is None and c["wins_throughput_at"] == [64]
+    text = next(a["text"] for a in t["advice"] if a["kind"] == "crossover")
+    assert "2 nodes beats 1 node on tasks per hour at 64 sessions only, not for good" in text
