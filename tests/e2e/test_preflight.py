@@ -68,7 +68,10 @@ def test_model_not_served_names_the_served_models(sim_root, tmp_path, capsys):
 
 def test_served_model_runs(sim_root, tmp_path, capsys):
     root, model = sim_root
-    assert main(["run", "--target", root + "/v1", "--model", model, "--out", str(tmp_path), *SMALL]) == 0
+    cfg = tmp_path / "lag.yaml"  # the server shares this process: loop lag must not make it INVALID here
+    cfg.write_text("limits: {max_lag_p99_ms: 1000}\n")
+    assert main(["run", "--target", root + "/v1", "--model", model, "--config", str(cfg), "--out", str(tmp_path),
+                 *SMALL]) == 0
 
 
 def test_prompt_plus_output_over_the_context_is_refused_with_the_numbers(tmp_path, capsys):
