@@ -84,6 +84,9 @@ def test_every_simulator_command_in_the_readme_works_as_written(tmp_path):
         r = _run(["run", "--requests", "64", "--seed", seed, "--no-report"], tmp_path)
         assert r.returncode == 0, r.stderr[-3000:]
         pair.append(_newest(runs, before))
+    # what a finished run directory holds: the crash journals are gone once the Parquet files are written
+    assert sorted(p.name for p in pair[0].iterdir()) == ["manifest.json", "requests.parquet", "summary.json",
+                                                         "telemetry.parquet"]
     made: dict[str, Path] = {}
     ran, skipped = [], []
     for cmd in readme_commands(README.read_text()):

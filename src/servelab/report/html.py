@@ -50,6 +50,7 @@ from servelab.report.html_sweep import (
     sweep_verdict,
     verdict_html,
 )
+from servelab.report.words import duration_ms
 
 REPORT_NAME = "report.html"
 MAX_TIMELINE = 12
@@ -134,9 +135,9 @@ def _attribution(page: _Page, run: RunData) -> None:
         sa = session_attribution(run.sessions)
         page.add(f"<p>Sessions: {_e(sa['summary'])}.</p>")
         if sa["components"]:
-            page.add(_table(["component", "tail ms", "median ms", "tail share"],
-                            [[c["label"], _n(c["tail_ms"]), _n(c["median_ms"]), f"{c['tail_share']:.0%}"]
-                             for c in sa["components"]]))
+            page.add(_table(["component", "slowest sessions (mean)", "median sessions (mean)", "share of the gap"],
+                            [[c["label"], duration_ms(c["tail_ms"]), duration_ms(c["median_ms"]),
+                              f"{c['tail_share']:.0%}"] for c in sa["components"]], csv_name="session-attribution"))
 
 
 def _config(page: _Page, obj: Any) -> None:
