@@ -75,7 +75,9 @@ def test_dense_70b_knee_before_moe_mla(pair):
     k_moe, t_moe = knee(pair[1], 1024, 128)
     assert k_dense <= k_moe
     gain_dense, gain_moe = t_dense[-1] / t_dense[-3], t_moe[-1] / t_moe[-3]  # 64 -> 256 sessions
-    assert gain_dense < 1.4 and gain_moe > 1.5 * gain_dense
+    # (1.4x, was 1.5x: engine profiles - vLLM's 1024 sequences, BF16 KV for FP8 weights - and skewed routing
+    # changed both curves on purpose; the shape, MoE gaining far more past 64 sessions, holds on both backends)
+    assert gain_dense < 1.4 and gain_moe > 1.4 * gain_dense
 
 
 def test_longer_inputs_move_the_knee_down():
@@ -94,8 +96,10 @@ def test_prefix_caching_lifts_shared_prefix_throughput_several_fold():
 
 
 def test_more_nodes_slower_for_light_agents_faster_for_sustained_long_generation():
-    one = "sim:deepseek-v3@8xh200,dtype=fp8,ep=8,dp_attention=true"
-    two = "sim:deepseek-v3@2x8xh200,dtype=fp8,ep=16,dp_attention=true"
+    # One backend for both: with the silicon extra installed, one node would be priced by silicon and two by
+    # the roofline (multi-node groups always are), and a comparison across backends is not a topology's.
+    one = "sim:deepseek-v3@8xh200,dtype=fp8,ep=8,dp_attention=true,backend=roofline"
+    two = "sim:deepseek-v3@2x8xh200,dtype=fp8,ep=16,dp_attention=true,backend=roofline"
     light1, light2 = closed_loop(one, 2, 3, 256, 32), closed_loop(two, 2, 3, 256, 32)
     assert light2["p50"] > light1["p50"]
     heavy1, heavy2 = closed_loop(one, 1024, 1, 1024, 1024), closed_loop(two, 1024, 1, 1024, 1024)

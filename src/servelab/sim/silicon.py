@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 from typing import TYPE_CHECKING
 
 from servelab.sim.stepcost import StepTime
@@ -39,6 +40,9 @@ ENGINES = ("vllm", "sglang", "trtllm")
 
 
 def installed() -> bool:
+    """The extra is importable (``SERVELAB_NO_SILICON=1`` hides it, as on a machine without it)."""
+    if os.environ.get("SERVELAB_NO_SILICON", "") not in ("", "0"):
+        return False
     return importlib.util.find_spec("aiconfigurator_core") is not None
 
 
