@@ -92,6 +92,9 @@ def _overview(summary: Mapping[str, Any]) -> Table:
         ("tokens", f"{fmt(tok.get('input'))} input, {fmt(tok.get('output'))} output, {fmt(tok.get('cached'))} "
                    f"cached (source: {tok.get('source', '-')}, mismatch: {fmt(tok.get('mismatch'))})"),
     ]
+    if sim := summary.get("simulator"):  # a prediction: which step-cost backend priced it, and how far to trust it
+        rows.append(("simulator", f"{sim.get('serving_engine', '-')} steps priced by {sim.get('backend', '-')} "
+                                  f"(fidelity: {sim.get('fidelity', '-')})"))
     by_status = err.get("by_status", {})
     if n_failed:
         detail = ", ".join(f"{k} {v}" for k, v in by_status.items() if v)
