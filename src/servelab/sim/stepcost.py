@@ -125,3 +125,14 @@ def fidelity(dep: Deployment, backend: str) -> dict[str, Any]:
         cls, note = "prior", "roofline with prior efficiencies for this family"
     return {"backend": backend, "class": cls, "note": note, "engine": dep.engine,
             "hardware_family": fam, "moe": moe}
+
+
+def simulator_facts(dep: Deployment) -> dict[str, Any]:
+    """What a run's manifest and summary say about the simulator, without building the backend: the backend
+    ``auto`` resolves to (silicon where installed and covering; a model build that still fails falls back to
+    the roofline at run time) and the fidelity class of that configuration."""
+    from servelab.sim.silicon import coverage
+
+    backend = "roofline" if dep.cost_backend == "roofline" or coverage(dep) is not None else "silicon"
+    f = fidelity(dep, backend)
+    return {"backend": backend, "fidelity": f["class"], "fidelity_note": f["note"], "serving_engine": dep.engine}

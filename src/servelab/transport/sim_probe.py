@@ -6,6 +6,7 @@ from typing import Any
 
 import servelab
 from servelab.sim.deployment import Deployment
+from servelab.sim.stepcost import simulator_facts
 from servelab.sim.tokenizer import count_tokens
 
 
@@ -18,7 +19,8 @@ class SimProbe:
     async def describe(self) -> dict[str, Any]:
         d = self.deployment
         return {"engine": "servelab-sim", "version": servelab.__version__, "models": [d.model.name],
-                "deployment": d.describe(), "hardware": d.hardware.facts(), "model": d.model.facts()}
+                "deployment": d.describe(), "hardware": d.hardware.facts(), "model": d.model.facts(),
+                "simulator": simulator_facts(d)}
 
     async def count_tokens(self, text: str) -> int | None:
         return count_tokens(text)
