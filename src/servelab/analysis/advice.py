@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from servelab.analysis.attribution import int_columns
+from servelab.records.summary import dig as _get
 
 Fact = dict[str, Any]  # {"value", "unit", "label", "source"}
 
@@ -40,14 +41,6 @@ MANY_CALLS = 5  # model requests per task
 PREEMPT_SHARE = 0.01  # share of requests preempted at least once
 KV_FULL = 0.95  # peak KV-cache usage
 SPLIT_LOSS = 0.6  # throughput at the SLO-meeting level below this share of the peak
-
-
-def _get(d: Any, *path: str) -> Any:
-    for p in path:
-        if not isinstance(d, Mapping):
-            return None
-        d = d.get(p)
-    return d
 
 
 def _fact(facts: dict[str, Fact], name: str, value: Any, unit: str, label: str, source: str) -> None:

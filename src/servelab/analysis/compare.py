@@ -21,6 +21,7 @@ from servelab.analysis.metrics import LoadMode, latency_start, metric_values, ou
 from servelab.analysis.stats import RateSample, bootstrap_diff_ci, rate_diff_ci
 from servelab.errors import ComparisonError, ConfigError
 from servelab.records.schema import CANCELLED
+from servelab.records.summary import dig as _dig
 
 # dimension -> (label, normalised key names searched in manifest["target"] (flattened), in order)
 _TARGET_KEYS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -105,14 +106,6 @@ def _render(v: Any) -> str | None:
     if isinstance(v, str):
         return v
     return orjson.dumps(v, option=orjson.OPT_SORT_KEYS).decode()
-
-
-def _dig(d: Any, *path: str) -> Any:
-    for p in path:
-        if not isinstance(d, Mapping):
-            return None
-        d = d.get(p)
-    return d
 
 
 def manifest_facts(manifest: Mapping[str, Any]) -> dict[str, str | None]:

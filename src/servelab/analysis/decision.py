@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from servelab.records.summary import dig as _get
+
 WARM_FRACTION = 0.25
 MIN_SUCCESS = 0.9
 COLLAPSE_DROP = 0.2
@@ -42,14 +44,6 @@ class PointData:
     task_ends_s: Sequence[float] = ()  # successful tasks' end times, s after the run start
     ready_s: float | None = None  # server start to healthy, when the sweep started it
     extra: dict[str, Any] = field(default_factory=dict)
-
-
-def _get(d: Any, *path: str) -> Any:
-    for p in path:
-        if not isinstance(d, Mapping):
-            return None
-        d = d.get(p)
-    return d
 
 
 def common_window(points: Sequence[PointData]) -> tuple[float, float] | None:

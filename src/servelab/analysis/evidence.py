@@ -18,14 +18,7 @@ import numpy as np
 
 from servelab.analysis.attribution import int_columns
 from servelab.records.schema import OK
-
-
-def _get(d: Any, *path: str) -> Any:
-    for p in path:
-        if not isinstance(d, Mapping):
-            return None
-        d = d.get(p)
-    return d
+from servelab.records.summary import dig as _get
 
 
 def _pcts(v: np.ndarray) -> dict[str, float] | None:

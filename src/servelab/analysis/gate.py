@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from servelab.analysis.compare import DEFAULT_NOISE_FLOOR, check_fair
 from servelab.errors import ComparisonError, ConfigError
+from servelab.records.summary import dig as _dig
 
 Kind = Literal["latency", "throughput", "cost"]
 LATENCY_METRICS: tuple[str, ...] = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
@@ -64,14 +65,6 @@ def figures(metrics: Sequence[str] = LATENCY_METRICS,
             Figure("success_rate", "task success rate", "fraction", False, "throughput"),
             Figure("cost.per_successful_task", "cost per successful task", "USD", True, "cost")]
     return out
-
-
-def _dig(d: Any, *path: str) -> Any:
-    for p in path:
-        if not isinstance(d, Mapping):
-            return None
-        d = d.get(p)
-    return d
 
 
 def _limits(max_regression: float | Mapping[str, float]) -> dict[Kind, float]:

@@ -7,14 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-
-def _get(summary: dict[str, Any] | None, *path: str) -> Any:
-    v: Any = summary or {}
-    for p in path:
-        if not isinstance(v, dict):
-            return None
-        v = v.get(p)
-    return v
+from servelab.records.summary import dig as _get
 
 
 def _num(v: Any, fmt: str = "{:,.1f}") -> str:

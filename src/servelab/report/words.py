@@ -11,6 +11,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from servelab.records.summary import dig as _get
+
 # summary keys -> what a person calls them (the unit is shown beside, never in the key)
 NAMES: dict[str, str] = {
     "ttft_ms": "time to first token", "ttft_content_ms": "time to first visible token",
@@ -98,14 +100,6 @@ def money(v: Any) -> str:
         return "-"
     f = float(v)
     return f"${f:,.2f}" if abs(f) >= 100 else f"${sig(f)}"
-
-
-def _get(d: Any, *path: str) -> Any:
-    for p in path:
-        if not isinstance(d, Mapping):
-            return None
-        d = d.get(p)
-    return d
 
 
 # -- what was benchmarked -----------------------------------------------------------------------------

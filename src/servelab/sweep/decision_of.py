@@ -11,14 +11,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from servelab.analysis.decision import PointData, decision_table
-
-
-def _get(d: Any, *path: str) -> Any:
-    for p in path:
-        if not isinstance(d, dict):
-            return None
-        d = d.get(p)
-    return d
+from servelab.records.summary import dig as _get
 
 
 def target_label(params: dict[str, Any], manifest: dict[str, Any]) -> str:
