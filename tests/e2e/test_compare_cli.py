@@ -30,9 +30,10 @@ def test_a_doubling_of_throughput_is_better_and_a_wobble_is_noise(tmp_path, caps
     summary = json.loads((Path(h100) / "summary.json").read_text())
     # The figure is the summary's own (output tokens over the measured window), not a mean of time buckets.
     assert abs(thr["a"] - summary["throughput"]["output_tokens_per_s"]) < 1e-6 * thr["a"]
-    # About twice the tokens per second on a B200. The old time-bucket bootstrap's interval ran from
+    # Far more tokens per second on a B200 (+64% with the refit step costs and engine overheads of
+    # issue 11; +105% before them). The old time-bucket bootstrap's interval ran from
     # -3392 to +12639 tok/s and called this "within noise".
-    assert thr["rel"] > 0.8 and thr["lo"] > 0 and thr["verdict"] == "better", thr
+    assert thr["rel"] > 0.4 and thr["lo"] > 0 and thr["verdict"] == "better", thr
     # A 0.1% slower simulator: every figure moves by about 0.1%, several with zero-width intervals.
     slower = _run(tmp_path / "slower", capsys, "sim:llama-3.1-8b@1xh100,slowdown=1.001")
     rows = _rows(capsys, h100, slower)

@@ -42,6 +42,7 @@ def sim_root() -> Iterator[tuple[str, str]]:
         asyncio.run_coroutine_threadsafe(srv.close(), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(5)
+        loop.close()
 
 
 def _nothing_left(out: Path) -> bool:

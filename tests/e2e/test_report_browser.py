@@ -119,6 +119,7 @@ def _serve_in_thread(app):
     finally:
         loop.call_soon_threadsafe(stop.set)
         t.join(30)
+        loop.close()
 
 
 def _new_dir(parent: Path, before: set) -> Path:

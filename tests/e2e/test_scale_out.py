@@ -41,6 +41,7 @@ class _Server:
         asyncio.run_coroutine_threadsafe(self.srv.close(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
+        self.loop.close()
 
 
 @pytest.fixture(scope="module")

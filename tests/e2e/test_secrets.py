@@ -37,6 +37,7 @@ def sim_root() -> Iterator[str]:
         asyncio.run_coroutine_threadsafe(srv.close(), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(5)
+        loop.close()
 
 
 def _grep(root: Path, needle: str) -> list[str]:

@@ -68,6 +68,7 @@ def test_resume_after_sigkill_skips_finished_points(tmp_path):
         os.killpg(proc.pid, signal.SIGKILL)
     finally:
         proc.wait(timeout=30)
+        proc.stderr.close()
     assert sweep_dir is not None
     before = json.loads((sweep_dir / "sweep.json").read_text())
     done = {p["key"]: p for p in before["points"] if p["status"] == "ok"}
@@ -76,7 +77,8 @@ def test_resume_after_sigkill_skips_finished_points(tmp_path):
     assert 2 <= len(done) < len(before["points"]), [p["status"] for p in before["points"]]
     started = {k: json.loads((sweep_dir / k / "manifest.json").read_text())["started_at"] for k in done}
     resumed = _sweep_proc(tmp_path, resume=sweep_dir)
-    assert resumed.wait(timeout=300) == 0, resumed.stderr.read().decode()
+    _, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, err.decode()
     after = json.loads((sweep_dir / "sweep.json").read_text())
     assert [p["status"] for p in after["points"]] == ["ok"] * 4
     for k, t in started.items():  # finished points were not rerun
