@@ -74,6 +74,7 @@ def drive_shard(spec: RunSpec, shard: int, control: ShardControl | None = None) 
     async def main() -> RunOutcome:
         transport = make_transport(cfg.target, clock, concurrency=pool_size(cfg, workers), seed=cfg.seed)
         probe = make_probe(cfg.target, clock, transport)
+        work = None
         try:
             if spec.target_facts is None and shard == 0:
                 facts = await probe.describe()
@@ -82,7 +83,8 @@ def drive_shard(spec: RunSpec, shard: int, control: ShardControl | None = None) 
                 control.described(res.target_facts)
             work = await prepare_work(cfg, transport, clock, sink, probe)
             res.work, res.facts = work, dict(work.facts)
-            plan = shard_plan(plan_for(cfg, work.count_hint, work.offsets_ns, work.extra_drain_s), shard, workers)
+            plan = shard_plan(work.plan or plan_for(cfg, work.count_hint, work.offsets_ns, work.extra_drain_s),
+                              shard, workers)
             runner = Runner(clock, plan, on_job_error=record_job_errors(clock, sink.request))
             telemetry = RunTelemetry(cfg, transport, clock) if shard == 0 else None
             job = global_job(work.job, shard, workers, journal if workers > 1 else None)
@@ -90,6 +92,8 @@ def drive_shard(spec: RunSpec, shard: int, control: ShardControl | None = None) 
             await _barrier(control, clock)
             return await _run(runner, job, telemetry, control, live, res)
         finally:
+            if work is not None and work.aclose is not None:
+                await work.aclose()
             await probe.aclose()
             await transport.aclose()
 

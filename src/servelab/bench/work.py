@@ -6,13 +6,13 @@ by the workload's ``kind``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import pyarrow as pa
 
-from servelab.load.runner import Job, RunOutcome
+from servelab.load.runner import Job, RunOutcome, RunPlan
 from servelab.records.schema import RequestRecord, SessionRecord
 
 
@@ -37,6 +37,8 @@ class Work:
     facts: dict[str, Any] = field(default_factory=dict)
     offsets_ns: Sequence[int] | None = None  # an open-loop schedule of its own (a trace replay)
     extra_drain_s: float = 0.0  # how long a job may legitimately run after it starts (a replayed session)
+    plan: RunPlan | None = None  # a plan of its own (a mix: one job per user of every class), else the config's
+    aclose: Callable[[], Awaitable[None]] | None = None  # what it opened itself (a mix's per-tenant transports)
 
 
 def shard_ids(sink: Any) -> tuple[int, int]:

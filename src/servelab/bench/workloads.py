@@ -47,5 +47,9 @@ SUMMARIES: dict[str, WorkSummary] = {"requests": requests_summary, "agent": sess
 async def prepare_work(cfg: RunConfig, transport: Transport, clock: Clock, sink: RecordSink,
                        probe: TargetProbe | None = None) -> Work:
     """The run's work; ``probe`` counts prompt tokens as the target does (None: a local count)."""
+    if getattr(cfg, "mix", None):  # mixed traffic: several classes at once (bench.mix)
+        from servelab.bench.mix import mix_work
+
+        return await mix_work(cfg, transport, clock, sink, probe)
     kind = getattr(cfg.workload, "kind", "requests")
     return await BUILDERS[kind](cfg, transport, clock, sink, probe)

@@ -21,7 +21,7 @@ app = typer.Typer(help="Config files: write a commented starting file, print eve
 # Flags that set keys without a FLAG_PATHS entry (they need a little translation in cli/options.py).
 _EXTRA_FLAGS = {"target.headers": ["--header"], "workload.profile": ["--profile"],
                 "cost.model.gpu_hour_usd": ["--gpu-hour-usd"], "cost.model.gpus": ["--gpus"],
-                "target.allow_over_context": ["--allow-over-context"]}
+                "target.allow_over_context": ["--allow-over-context"], "mix": ["--mix"]}
 # Sections whose inner keys are documented elsewhere (agent sessions: docs/profiles.md).
 _NOT_WALKED = {"workload.session"}
 

@@ -38,6 +38,7 @@ FLAG_PATHS: dict[str, str] = {
     "sessions": "load.concurrency",
     "session_rate": "load.rate",
     "max_sessions": "limits.sessions",
+    "mix_baseline": "mix_baseline",
     "seed": "seed",
     "out": "out",
     "name": "name",
@@ -66,6 +67,13 @@ def config_data(config_file: str | None, flags: dict[str, Any]) -> dict[str, Any
             load.pop("concurrency", None)
         if flags.get("concurrency") is not None or flags.get("sessions") is not None:
             load.pop("rate", None)
+    if flags.get("mix") is not None:  # mixed traffic: the flag's classes replace the file's mix
+        from servelab.config.mix import parse_mix
+
+        if flags.get("profile") is not None:
+            raise ConfigError("--mix and --profile both name the workload", hint="give the classes in --mix only, "
+                              "e.g. --mix chat:16,batch-summarize:64")
+        data["mix"] = parse_mix(flags["mix"])
     if flags.get("profile") is not None:
         data["workload"] = {"kind": "agent", "profile": flags["profile"]}
     elif flags.get("sessions") is not None or flags.get("session_rate") is not None:

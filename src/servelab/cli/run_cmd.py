@@ -45,6 +45,13 @@ def run(
     sessions: Annotated[int | None, typer.Option(help="Closed loop: concurrent sessions of the profile.")] = None,
     session_rate: Annotated[float | None, typer.Option(help="Open loop: new sessions per second.")] = None,
     max_sessions: Annotated[int | None, typer.Option(help="Agent runs: sessions to start in all.")] = None,
+    mix: Annotated[str | None, typer.Option(help="Mixed traffic on one endpoint: classes run at once, "
+                                            "NAME:USERS or NAME@SESSIONS_PER_S, comma-separated (e.g. "
+                                            "chat:16,batch-summarize:64); figures per class.", metavar="CLASSES")
+                   ] = None,
+    mix_baseline: Annotated[bool | None, typer.Option("--mix-baseline/--no-mix-baseline", help="With 2+ classes, "
+                                                      "also run the first class alone and report interference "
+                                                      "(default: on).")] = None,
     gpu_hour_usd: Annotated[float | None, typer.Option(help="Cost: price of one GPU-hour, USD (cost per "
                                                        "successful task in the summary).")] = None,
     gpus: Annotated[int | None, typer.Option(help="Cost: GPUs held (default: the simulator's count, else 1).")
@@ -67,6 +74,12 @@ def run(
     given = {k: v for k, v in locals().items() if k not in ("workers", "ray")}
     cfg = build_run_config(config, given)
     print_context(cfg)
-    result = execute(cfg, argv=["servelab", *sys.argv[1:]], progress=not json_out, report=report,
-                     executor=executor_from_flags(workers, ray))
+    if cfg.mix:
+        from servelab.bench.mix_run import execute_mix
+
+        result = execute_mix(cfg, argv=["servelab", *sys.argv[1:]], progress=not json_out, report=report,
+                             executor=executor_from_flags(workers, ray))
+    else:
+        result = execute(cfg, argv=["servelab", *sys.argv[1:]], progress=not json_out, report=report,
+                         executor=executor_from_flags(workers, ray))
     finish_run(result, json_out=json_out)

@@ -13,6 +13,7 @@ from servelab.config import bounds as B
 from servelab.config.agent import AgentWorkloadConfig, CostConfig
 from servelab.config.base import Strict
 from servelab.config.distributions import Distribution, Fixed, as_distribution
+from servelab.config.mix import MixClassConfig, check_mix, default_sessions
 from servelab.config.validity import ValidityConfig
 
 # The first run: a real model on real (simulated) hardware with a chat-sized workload, finishing in seconds.
@@ -273,6 +274,12 @@ class RunConfig(Strict):
     percentiles: list[float] = Field(
         default_factory=lambda: [50, 90, 95, 99], description="Percentiles reported for every metric."
     )
+    mix: list[MixClassConfig] | None = Field(
+        default=None, description="Mixed traffic on one endpoint: workload classes run at once, each with its "
+        "own load and tenant (replaces workload and load; see docs/mixed-traffic.md).")
+    mix_baseline: bool = Field(
+        default=True, description="With a mix of two or more classes, also run the first (interactive) class "
+        "alone, same seed and load, and report its p95 with and without the others (interference).")
     seed: int = Field(default=0, description="Seed for every random choice; same seed, same requests.")
     out: str = Field(default="runs", description="Directory in which the run directory is created.")
     name: str | None = Field(default=None, description="Optional run name (part of the run directory name).")
@@ -287,7 +294,27 @@ class RunConfig(Strict):
 
     @property
     def is_agent(self) -> bool:
-        return self.workload.kind == "agent"
+        return self.workload.kind == "agent" or bool(self.mix)
+
+    @field_validator("mix")
+    @classmethod
+    def _mix(cls, v: list[MixClassConfig] | None) -> list[MixClassConfig] | None:
+        return None if v is None else check_mix(v)
+
+    @model_validator(mode="after")
+    def _mix_alone(self) -> RunConfig:
+        if not self.mix:
+            return self
+        if self.workload.kind != "requests":
+            raise ValueError("give either mix (its classes name their workloads) or a workload of kind "
+                             f"{self.workload.kind}, not both")
+        if self.load.concurrency is not None or self.load.rate is not None:
+            raise ValueError("with mix, each class sets its own load (concurrency or rate); remove "
+                             "load.concurrency / load.rate (--concurrency / --rate)")
+        if self.limits.requests is not None or self.limits.sessions is not None:
+            raise ValueError("with mix, limit the run with limits.duration_s or each class's sessions, not "
+                             "limits.requests / limits.sessions")
+        return self
 
     @model_validator(mode="after")
     def _schedule_fits(self) -> RunConfig:
@@ -301,6 +328,12 @@ class RunConfig(Strict):
     @model_validator(mode="after")
     def _bounded(self) -> RunConfig:
         lim = self.limits
+        if self.mix:  # a mix ends when its first class has run its sessions (or at duration_s)
+            first = self.mix[0]
+            if lim.duration_s is None and first.sessions is None:
+                first = first.model_copy(update={"sessions": default_sessions(first)})
+                object.__setattr__(self, "mix", [first, *self.mix[1:]])
+            return self
         if lim.duration_s is not None or self.workload.kind == "replay":  # a trace ends by itself
             return self
         # A run must stop by itself: default to a modest count of requests or sessions.

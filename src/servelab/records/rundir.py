@@ -34,6 +34,8 @@ _REQUEST_TYPES: dict[str, pa.DataType] = {
     "finish_reason": pa.string(),
     "warmup": pa.bool_(),
     "token_times_ns": pa.list_(_I),
+    "mix_class": pa.string(),
+    "tenant": pa.string(),
 }
 _SESSION_TYPES: dict[str, pa.DataType] = {
     "profile": pa.string(),
@@ -41,6 +43,8 @@ _SESSION_TYPES: dict[str, pa.DataType] = {
     "error": pa.string(),
     "accepted": pa.bool_(),
     "warmup": pa.bool_(),
+    "mix_class": pa.string(),
+    "tenant": pa.string(),
 }
 
 REQUEST_SCHEMA = pa.schema([(c, _REQUEST_TYPES.get(c, _I)) for c in REQUEST_COLUMNS])

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any
 
-SCHEMA_VERSION = 2  # 2: the worker column (the run shard that sent the request / ran the session)
+SCHEMA_VERSION = 3  # 2: the worker column (the run shard that sent the request / ran the session);
+# 3: mix_class and tenant (a mixed-traffic run: which workload class and tenant sent it; null elsewhere)
 
 
 class Status(StrEnum):
@@ -87,6 +88,9 @@ class RequestRecord:
     srv_decode_ns: int | None = None
     srv_preempted_ns: int | None = None
     srv_comm_ns: int | None = None
+    # Mixed traffic (``mix:``): the workload class and tenant that sent it (None in a single-workload run).
+    mix_class: str | None = None
+    tenant: str | None = None
     # Not written to Parquet: the generated text, kept in memory for agent acceptance checks.
     output_text: str = ""
     # Not written to Parquet: the tool calls the model returned ({id, type, function: {name, arguments}}),
@@ -142,6 +146,8 @@ class SessionRecord:
     cached_tokens: int = 0
     warmup: bool = False
     error: str | None = None
+    mix_class: str | None = None  # mixed traffic: the workload class (None in a single-workload run)
+    tenant: str | None = None
 
 
 SESSION_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(SessionRecord))

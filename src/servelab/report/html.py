@@ -50,6 +50,7 @@ from servelab.report.html_sweep import (
     sweep_verdict,
     verdict_html,
 )
+from servelab.report.mix_view import mix_section
 from servelab.report.words import duration_ms
 
 REPORT_NAME = "report.html"
@@ -214,6 +215,7 @@ def _write_run(page: _Page, source: RunData, title: str, comparison: Mapping[str
     else:
         task_block(page, source.summary)
         key_figures(page, source.summary)
+        mix_section(page, source.summary)
         errors_section(page, source.summary, source.requests)
     _run_sections(page, source)
     _config(page, source.manifest)

@@ -150,6 +150,11 @@ def render_summary(summary: Mapping[str, Any], console: Console, title: str = "s
     agents = _agents(summary)
     if agents is not None:
         console.print(agents)
+    from servelab.report import mix_view  # mixed traffic: per-class figures and interference
+
+    for t in (mix_view.classes_table(summary), mix_view.interference_table(summary)):
+        if t is not None:
+            console.print(t)
     from servelab.report.evidence import evidence_table  # server evidence (issue 10)
 
     if (ev := evidence_table(summary)) is not None:

@@ -167,7 +167,24 @@ def engine_words(manifest: Mapping[str, Any]) -> str | None:
     return f"{eng} {ver}" if ver and str(eng) == t.get("engine") else str(eng)
 
 
+def _mix_label(c: Mapping[str, Any]) -> str:
+    w = str(c.get("workload") or "?")
+    return str(c.get("name") or (w.rsplit("/", 1)[-1].rsplit(".", 1)[0] if w.endswith((".yaml", ".yml")) else w))
+
+
+def mix_words(config: Mapping[str, Any]) -> str:
+    """'mixed traffic: chat 16 users + batch-summarize 2 sessions/s (tenant bulk)'."""
+    parts = []
+    for c in config.get("mix") or []:
+        load = (f"{count(c['concurrency'])} users" if c.get("concurrency") is not None
+                else f"{sig(c.get('rate'))} sessions/s")
+        parts.append(f"{_mix_label(c)} {load}" + (f" (tenant {c['tenant']})" if c.get("tenant") else ""))
+    return "mixed traffic: " + " + ".join(parts)
+
+
 def load_words(config: Mapping[str, Any]) -> str:
+    if config.get("mix"):
+        return mix_words(config)
     load, wl = config.get("load") or {}, config.get("workload") or {}
     agent = wl.get("kind") == "agent"
     unit = "sessions" if agent else "users"
@@ -184,6 +201,8 @@ def load_words(config: Mapping[str, Any]) -> str:
 
 
 def workload_words(config: Mapping[str, Any]) -> str:
+    if config.get("mix"):
+        return "agent profiles " + ", ".join(str(c.get("workload")) for c in config["mix"])
     wl = config.get("workload") or {}
     if not wl:
         return "workload not recorded"
@@ -199,6 +218,9 @@ def workload_words(config: Mapping[str, Any]) -> str:
 def limit_words(config: Mapping[str, Any]) -> str:
     lim = config.get("limits") or {}
     parts = []
+    first = (config.get("mix") or [{}])[0]
+    if first.get("sessions") is not None:
+        parts.append(f"until {_mix_label(first)} has run {count(first['sessions'])} sessions")
     if lim.get("requests") is not None:
         parts.append(f"{count(lim['requests'])} requests")
     if lim.get("sessions") is not None:
