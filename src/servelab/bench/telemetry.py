@@ -9,6 +9,7 @@ from typing import Any
 from servelab.clock import Clock
 from servelab.config.models import RunConfig
 from servelab.records.telemetry import write_telemetry
+from servelab.telemetry.parse import Sample
 from servelab.telemetry.scraper import Scraper, TelemetryRows
 from servelab.telemetry.sources import HttpMetrics, NvmlSampler, metrics_url_for
 from servelab.telemetry.vocabulary import detect_engine
@@ -41,11 +42,10 @@ class RunTelemetry:
         if tc.nvml and not clock.virtual:
             nvml = NvmlSampler()
             if nvml.available:
-                async def fetch_nvml() -> Any:
+                async def fetch_nvml() -> list[Sample]:  # samples already: nothing to parse
                     return nvml.sample()
 
-                self.scrapers.append(Scraper(fetch_nvml, clock, self.rows, source="nvml",
-                                             interval_s=interval, parse=lambda x: x))
+                self.scrapers.append(Scraper(fetch_nvml, clock, self.rows, source="nvml", interval_s=interval))
 
     async def start(self) -> None:
         """Baselines first: a counter's delta must not miss what the first requests add."""

@@ -13,7 +13,8 @@ import orjson
 from servelab.clock import NS_PER_S, Clock
 from servelab.telemetry.parse import Sample, parse_metrics
 
-Fetch = Callable[[], Awaitable[str]]
+# A source answers exposition text (parsed by ``parse``) or samples it has already taken (NVML).
+Fetch = Callable[[], Awaitable[str | list[Sample]]]
 
 
 @dataclass
@@ -65,7 +66,8 @@ class Scraper:
     async def scrape_once(self) -> None:
         t = self.clock.now()
         try:
-            samples = self.parse(await self.fetch())
+            got = await self.fetch()
+            samples = got if isinstance(got, list) else self.parse(got)
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - a failing /metrics must never fail the run
