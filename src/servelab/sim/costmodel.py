@@ -118,7 +118,10 @@ class RooflineCost:
         if n <= 1:
             return 0.0
         if self.tp_cross:
-            return self.out_lat + 2 * (n - 1) / n * nbytes / self.out_bw
+            # NCCL runs one ring (channel) per NIC: every GPU of a node sends over its own NIC, so the ring's
+            # bus bandwidth is the node's NICs together (nccl-tests busbw ~ NICs x link speed), not one NIC's.
+            nics = min(n, self.dep.gpus_per_node)
+            return self.out_lat + 2 * (n - 1) / n * nbytes / (self.out_bw * nics)
         # NVSwitch reduces in the switch (NVLS/SHARP): each GPU sends and receives the buffer once.
         factor = 1.0 if self.switched else 2 * (n - 1) / n
         return self.up_lat / 3 + factor * nbytes / self.up_bw  # one-shot all-reduce: ~1/3 of an all-to-all phase

@@ -57,3 +57,15 @@ def test_pipeline_stages_do_not_idle_in_steady_state():
     # One sequence cannot fill two stages: it walks through both, as on one GPU.
     one = pp2.step(1, 600).time_s / pp1.step(1, 600).time_s
     assert 0.9 < one < 1.2, one
+
+
+def test_cross_node_all_reduce_uses_every_nic_of_the_node():
+    # TP16 over 2 nodes of 8 x H200 (one 50 GB/s NIC per GPU, comm_eff 0.70, 35 us scale-out latency).
+    # A ring all-reduce of S bytes over n=16 GPUs moves 2(n-1)/n S per ring; NCCL runs one ring per NIC,
+    # so the 8 NICs of a node carry it together: 35e-6 + 1.875 * S / (8 * 35e9). For S = 8192 tokens x
+    # 7168 x 2 bytes = 117,440,512 B that is 35 us + 786.4 us = 821.4 us (one NIC: 6.327 ms).
+    cm = CostModel(parse_sim_target("sim:deepseek-v3@2x8xh200,dtype=fp8,ep=16,backend=roofline"))
+    assert cm.tp_cross
+    t = cm._allreduce(117_440_512.0, 16)
+    assert t == pytest.approx(35e-6 + 1.875 * 117_440_512 / (8 * 35e9), rel=1e-9)
+    assert t == pytest.approx(821.4e-6, abs=0.1e-6)
