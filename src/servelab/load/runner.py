@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
 from servelab.clock import NS_PER_S, Clock
 from servelab.errors import ServelabError
@@ -32,7 +33,7 @@ class RunPlan:
     """What the runner needs to know, independent of the config models."""
 
     concurrency: int | None = None  # closed loop: concurrent workers
-    offsets_ns: Sequence[int] | None = None  # open loop: absolute send offsets from the start
+    offsets_ns: Sequence[int] | npt.NDArray[np.int64] | None = None  # open loop: absolute send offsets from the start
     max_jobs: int | None = None
     duration_s: float | None = None
     warmup_jobs: int = 0
