@@ -50,10 +50,11 @@ _FIRST_WORDS = 64  # filler words made up front; more on demand (the filler is p
 class _Gen:
     """One request in flight: the engine's token callbacks wake the handler."""
 
-    __slots__ = ("req", "n", "event", "seed", "stopped", "_text_words")
+    __slots__ = ("req", "done", "n", "event", "seed", "stopped", "_text_words")
 
-    def __init__(self, req: SimRequest, seed: int) -> None:
+    def __init__(self, req: SimRequest, done: asyncio.Future[SimRequest], seed: int) -> None:
         self.req = req
+        self.done = done  # req.done, known to be set (SimRequest's is optional)
         self.n = 0
         self.event = asyncio.Event()
         self.seed = seed
@@ -136,8 +137,7 @@ class SimServer:
             raise BadRequest(f"the request body is not valid JSON ({e})") from None
 
     def _abort(self, gen: _Gen) -> None:
-        done = gen.req.done
-        if done is not None and not done.done():
+        if not gen.done.done():
             abort = getattr(self.engine, "abort", None)
             if abort is not None:
                 abort(gen.req.rid)
@@ -157,14 +157,15 @@ class SimServer:
 
     def _submit(self, p: Parsed, rid: int) -> _Gen:
         loop = asyncio.get_running_loop()
+        done: asyncio.Future[SimRequest] = loop.create_future()
         req = SimRequest(rid=rid, prompt_ids=p.prompt_ids, max_tokens=p.max_tokens, min_tokens=p.min_tokens,
-                         ignore_eos=p.ignore_eos, arrival_ns=self.clock.now(), done=loop.create_future())
+                         ignore_eos=p.ignore_eos, arrival_ns=self.clock.now(), done=done)
         # The engine's own output seed: the text sent back in a later turn then hits its cached output blocks.
         output_seed = getattr(self.engine, "output_seed", None)
-        gen = _Gen(req, output_seed(req) if output_seed is not None else rid)
+        gen = _Gen(req, done, output_seed(req) if output_seed is not None else rid)
         req.on_tokens = gen.on_tokens
-        req.done.add_done_callback(gen.on_done)
-        req.done.add_done_callback(lambda fut: self._observe(fut, gen))
+        done.add_done_callback(gen.on_done)
+        done.add_done_callback(lambda fut: self._observe(fut, gen))
         self.engine.submit(req)
         return gen
 
@@ -216,7 +217,7 @@ class SimServer:
         while True:
             await gen.event.wait()
             gen.event.clear()
-            finished = req.done.done()  # read before the count: every token before "done" is included
+            finished = gen.done.done()  # read before the count: every token before "done" is included
             n = gen.n
             if finished and req.finish_reason in ("stop", "length"):
                 n = max(n, req.output_tokens)
