@@ -16,7 +16,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 
@@ -56,7 +56,7 @@ from servelab.report.words import duration_ms
 REPORT_NAME = "report.html"
 MAX_TIMELINE = 12
 
-_e, _n, _get, _table, _Page = esc, num, get, table, Page
+_e, _n, _get, _table = esc, num, get, table
 __all__ = ["SweepData", "load_sweep", "run_verdict", "sweep_verdict", "write_report", "write_run_report",
            "write_sweep_report"]
 
@@ -79,10 +79,11 @@ def run_verdict(summary: Mapping[str, Any], manifest: Mapping[str, Any]) -> tupl
 # -- sections -----------------------------------------------------------------------------------------
 
 
-def _distributions(page: _Page, run: RunData, label: str) -> None:
+def _distributions(page: Page, run: RunData, label: str) -> None:
     if run.requests.num_rows == 0:
         return
-    mode = "open" if _get(run.manifest, "config", "load", "rate") is not None else "closed"
+    open_loop = _get(run.manifest, "config", "load", "rate") is not None
+    mode: Literal["open", "closed"] = "open" if open_loop else "closed"
     s = request_samples(run.requests, mode)
     page.h2(f"TTFT and inter-token latency distributions{label}")
     if len(s["ttft_ms"]) == 0:
@@ -115,7 +116,7 @@ def _timeline_rows(requests: pa.Table, sessions: pa.Table) -> tuple[list[dict[st
     return rows, len(sess)
 
 
-def _sessions(page: _Page, run: RunData) -> None:
+def _sessions(page: Page, run: RunData) -> None:
     if run.sessions is None or run.sessions.num_rows == 0:
         return
     rows, total = _timeline_rows(run.requests, run.sessions)
@@ -124,7 +125,7 @@ def _sessions(page: _Page, run: RunData) -> None:
         page.image("sessions", "session timeline", lambda p: plots.session_timeline(rows, p, total_sessions=total))
 
 
-def _attribution(page: _Page, run: RunData) -> None:
+def _attribution(page: Page, run: RunData) -> None:
     attr = request_attribution(run.requests)
     page.h2("Where the slow requests spend their time")
     page.add(f"<p>{_e(attr['summary'])}.</p>")
@@ -141,7 +142,7 @@ def _attribution(page: _Page, run: RunData) -> None:
                               f"{c['tail_share']:.0%}"] for c in sa["components"]], csv_name="session-attribution"))
 
 
-def _config(page: _Page, obj: Any) -> None:
+def _config(page: Page, obj: Any) -> None:
     page.h2("Full configuration")
     page.add(f"<pre>{_e(json.dumps(obj, indent=2, sort_keys=True, default=str))}</pre>")
 
@@ -159,7 +160,7 @@ def _hook(module: str, fn: str) -> Any:
         return None
 
 
-def _run_sections(page: _Page, run: RunData, label: str = "", sweep: Mapping[str, Any] | None = None) -> None:
+def _run_sections(page: Page, run: RunData, label: str = "", sweep: Mapping[str, Any] | None = None) -> None:
     """The evidence under a run's answer: distributions, timelines, metrics over time, attribution, advice."""
     _distributions(page, run, label)
     timeline_section(page, run)
@@ -173,13 +174,13 @@ def _run_sections(page: _Page, run: RunData, label: str = "", sweep: Mapping[str
     cost_section(page, run.summary)
 
 
-def _top(page: _Page, title: str, words: str, banner_html: str) -> None:
+def _top(page: Page, title: str, words: str, banner_html: str) -> None:
     page.add(f"<h1>{_e(title)}</h1>")
     page.add(f'<p class="headline" id="headline">{_e(words)}</p>')
     page.add(banner_html)
 
 
-def _write_sweep(page: _Page, source: SweepData, title: str, comparison: Mapping[str, Any] | None) -> None:
+def _write_sweep(page: Page, source: SweepData, title: str, comparison: Mapping[str, Any] | None) -> None:
     groups = sweep_groups(source.state)
     slo_res, sweep_ev = group_slo(source.state, groups)
     _top(page, title, sweep_headline(source.state, source.runs), sweep_banner(source.state))
@@ -200,7 +201,7 @@ def _write_sweep(page: _Page, source: SweepData, title: str, comparison: Mapping
                    "representative_run": run.manifest if run else None})
 
 
-def _write_run(page: _Page, source: RunData, title: str, comparison: Mapping[str, Any] | None) -> None:
+def _write_run(page: Page, source: RunData, title: str, comparison: Mapping[str, Any] | None) -> None:
     extra = [] if source.complete else ["the run did not finish: figures come from its journals"]
     words = headline(source.summary, source.manifest)
     if comparison:
@@ -225,7 +226,7 @@ def write_report(source: RunData | SweepData, out_path: str | Path, *, compariso
                  title: str | None = None) -> Path:
     """Write the report of a run or a sweep to ``out_path`` (charts inline, PNG copies beside it)."""
     out = Path(out_path)
-    page = _Page(out)
+    page = Page(out)
     if isinstance(source, SweepData):
         title = title or f"servelab sweep: {source.path.name}"
         _write_sweep(page, source, title, comparison)
