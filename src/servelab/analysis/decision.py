@@ -193,6 +193,16 @@ def _by_level(rows: Sequence[Mapping[str, Any]], target: str) -> dict[float, Map
     return {r["level"]: r for r in rows if r["target"] == target}
 
 
+def _backends(points: Sequence[PointData]) -> dict[str, str]:
+    """The step-cost backend that priced each simulated target (``summary.simulator.backend``)."""
+    out: dict[str, str] = {}
+    for p in points:
+        b = (p.summary.get("simulator") or {}).get("backend")
+        if b:
+            out.setdefault(p.target, str(b))
+    return out
+
+
 def decision_table(points: Sequence[PointData], *, gpu_hour_usd: float | None = None,
                    task_p95_slo_s: float | None = None) -> dict[str, Any]:
     """``{rows, window_s, goal, crossovers, advice, targets}``; see the module docstring."""
@@ -210,6 +220,6 @@ def decision_table(points: Sequence[PointData], *, gpu_hour_usd: float | None = 
 
     out = {"rows": rows, "window_s": list(win) if win else None, "goal": {"throughput": col, "cost": cost},
            "gpu_hour_usd": gpu_hour_usd, "task_p95_slo_s": task_p95_slo_s, "crossovers": cross,
-           "targets": _targets(rows)}
+           "targets": _targets(rows), "backends": _backends(points)}
     out["advice"] = advice_from_table(out)
     return out

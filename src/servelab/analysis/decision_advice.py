@@ -181,6 +181,12 @@ def advice_from_table(table: Mapping[str, Any]) -> list[dict[str, Any]]:
         out.append({"kind": "sample", "levels": [lv for _, lv in few],
                     "text": "Few tasks ended inside the window at " + ", ".join(f"{t} {lv:g}" for t, lv in few)
                             + f" (under {MIN_TASKS}): those cells are noisy; run longer to confirm them."})
+    backends = table.get("backends") or {}
+    if len(set(backends.values())) > 1:
+        out.append({"kind": "backend", "levels": [],
+                    "text": "Unfair comparison: the simulator priced these targets with different step-cost "
+                            "backends (" + "; ".join(f"{t} {b}" for t, b in backends.items()) + "); compare "
+                            "topologies on one backend (e.g. backend=roofline on every target)."})
     ready = {r["target"]: r["ready_s"] for r in rows if r.get("ready_s") is not None}
     if ready:
         out.append({"kind": "ready", "levels": [],

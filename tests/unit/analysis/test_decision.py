@@ -108,3 +108,16 @@ def test_a_win_at_one_level_only_is_not_a_crossover():
     assert c["on_throughput"] is None and c["wins_throughput_at"] == [64]
     text = next(a["text"] for a in t["advice"] if a["kind"] == "crossover")
     assert "2 nodes beats 1 node on tasks per hour at 64 sessions only, not for good" in text
+
+
+def test_advice_warns_when_targets_were_priced_by_different_backends():
+    pts = [_point(t, i) for t in TASKS for i in range(3)]
+    for p in pts:
+        p.summary["simulator"] = {"backend": "silicon" if p.target == "1 node" else "roofline"}
+    table = decision_table(pts, gpu_hour_usd=2.0)
+    assert table["backends"] == {"1 node": "silicon", "2 nodes": "roofline", "4 nodes": "roofline"}
+    warn = [a for a in table["advice"] if a["kind"] == "backend"]
+    assert len(warn) == 1 and "Unfair comparison" in warn[0]["text"] and "1 node silicon" in warn[0]["text"]
+    for p in pts:
+        p.summary["simulator"] = {"backend": "roofline"}
+    assert not [a for a in decision_table(pts, gpu_hour_usd=2.0)["advice"] if a["kind"] == "backend"]
