@@ -8,7 +8,8 @@ re-arms itself from the latest token's time, so the hot path never touches a tim
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from servelab.records.schema import TIMEOUT
 
@@ -16,8 +17,34 @@ IDLE_S = 60.0  # default inter-token idle timeout, seconds
 _SSE = 1  # ModelExchange's streaming body mode (kept equal to _exchange._SSE)
 
 
+class _Timed(Protocol):
+    """The exchange state the timer methods read and write (held by ModelExchange, whose slots they are)."""
+
+    _total_at: float
+    _total_s: float
+    _idle_s: float
+    _stream: bool
+    _finished: bool
+    _mode: int
+    _t: int
+    _times: list[int]
+    _timer: asyncio.TimerHandle | None
+    _done_ns: int | None
+    conn: Any
+    rec: Any
+    _now: Callable[[], int]
+
+    def finish(self, status: str, error: str | None) -> None: ...
+    def _conclude(self) -> None: ...
+    def _watch(self) -> None: ...
+    def _on_first_token_deadline(self, first_token_s: float) -> None: ...
+    def _on_idle_deadline(self) -> None: ...
+    def _on_total_deadline(self) -> None: ...
+
+
 class Deadlines:
-    """Timer methods of :class:`~servelab.transport._exchange.ModelExchange` (which holds the state)."""
+    """Timer methods of :class:`~servelab.transport._exchange.ModelExchange` (which holds the state: each
+    method's ``self`` is typed by the :class:`_Timed` protocol it needs)."""
 
     __slots__ = ()
     # State owned by the subclass (declared for readers and type checkers; the slots live there).
@@ -34,7 +61,7 @@ class Deadlines:
     conn: Any
     rec: Any
 
-    def arm(self, first_token_s: float) -> None:
+    def arm(self: _Timed, first_token_s: float) -> None:
         """Start the timeouts (call right after the request bytes were written)."""
         loop = asyncio.get_running_loop()
         self._total_at = loop.time() + self._total_s
@@ -43,7 +70,7 @@ class Deadlines:
         else:
             self._timer = loop.call_later(self._total_s, self._on_total_deadline)
 
-    def _on_first_token_deadline(self, first_token_s: float) -> None:
+    def _on_first_token_deadline(self: _Timed, first_token_s: float) -> None:
         self.conn.pool.inbox.flush()  # a token that arrived in time but is not parsed yet still counts
         if self._finished:
             return
@@ -53,7 +80,7 @@ class Deadlines:
             return
         self._watch()
 
-    def _first(self) -> None:
+    def _first(self: _Timed) -> None:
         """The first token arrived: from now on the stream may stay quiet for ``idle_s`` at most."""
         if not self._total_at:  # never armed (a reply played without timers): nothing to watch
             return
@@ -61,7 +88,7 @@ class Deadlines:
             self._timer.cancel()
         self._watch()
 
-    def _watch(self) -> None:
+    def _watch(self: _Timed) -> None:
         """Arm the next deadline: the total one, or the idle one when it comes first."""
         loop = asyncio.get_running_loop()
         at = self._total_at
@@ -72,7 +99,7 @@ class Deadlines:
                 return
         self._timer = loop.call_at(at, self._on_total_deadline)
 
-    def _on_idle_deadline(self) -> None:
+    def _on_idle_deadline(self: _Timed) -> None:
         self.conn.pool.inbox.flush()
         if self._finished:
             return
@@ -84,7 +111,7 @@ class Deadlines:
             return
         self._watch()  # a token came meanwhile (or [DONE]: only the total deadline is left)
 
-    def _on_total_deadline(self) -> None:
+    def _on_total_deadline(self: _Timed) -> None:
         self.conn.pool.inbox.flush()
         if self._finished:
             return

@@ -6,7 +6,7 @@ A mixin of :class:`~servelab.transport._exchange.ModelExchange`, which holds the
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -18,10 +18,9 @@ _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
 
 
-class Fields:
-    """Usage, finish_reason and whole-body handling of a model exchange."""
+class _Parsed(Protocol):
+    """The exchange state the field methods read and write (held by ModelExchange, whose slots they are)."""
 
-    __slots__ = ()
     rec: Any
     _bad: str | None
     _usage_seen: bool
@@ -31,7 +30,26 @@ class Fields:
     _tools: dict[int, list] | None
     _t: int
 
-    def _usage(self, usage: object) -> None:
+    def finish(self, status: str, error: str | None) -> None: ...
+    def _usage(self, usage: object) -> None: ...
+    def _finish_reason(self, fr: object) -> None: ...
+
+
+class Fields:
+    """Usage, finish_reason and whole-body handling of a model exchange (``self`` typed by :class:`_Parsed`)."""
+
+    __slots__ = ()
+    # State owned by the subclass (declared for readers and type checkers; the slots live there).
+    rec: Any
+    _bad: str | None
+    _usage_seen: bool
+    _body: list[bytes]
+    _text: list[str]
+    _times: list[int]
+    _tools: dict[int, list] | None
+    _t: int
+
+    def _usage(self: _Parsed, usage: object) -> None:
         """Take the token counts of a ``usage`` block; a wrong type anywhere makes the record malformed
         (the bad value is never stored: one such row would break the run's Parquet file)."""
         if usage.__class__ is not dict:
@@ -57,14 +75,14 @@ class Fields:
         if bad and self._bad is None:
             self._bad = bad.replace("usage.cached_tokens", "usage.prompt_tokens_details.cached_tokens")
 
-    def _finish_reason(self, fr: object) -> None:
+    def _finish_reason(self: _Parsed, fr: object) -> None:
         if fr.__class__ is str:
             self.rec.finish_reason = fr[:64]  # type: ignore[index]
         elif self._bad is None:
             self._bad = f"finish_reason is {error_text(repr(fr).encode(), 60)}; expected a string"
 
 
-    def _whole_body(self) -> None:
+    def _whole_body(self: _Parsed) -> None:
         """A non-streamed (JSON) completion: every time is when the body was complete."""
         rec = self.rec
         raw = b"".join(self._body)
