@@ -33,6 +33,7 @@ def _make_words() -> tuple[str, ...]:
 
 
 WORDS: tuple[str, ...] = _make_words()
+_WORDS_ARRAY = np.array(WORDS, dtype=object)  # fancy-indexed by filler_text (no per-word Python loop)
 _caches: dict[int, dict[str, int]] = {}
 _word_ids: dict[int, np.ndarray] = {}
 
@@ -48,11 +49,10 @@ def tokenize(text: str, vocab: int = DEFAULT_VOCAB) -> list[int]:
     if cache is None:
         cache = _caches[vocab] = {}
     words = text.split()
-    get = cache.get
-    out = [get(w, -1) for w in words]
-    if -1 in out:
+    out = list(map(cache.get, words))  # None where the word is not cached yet
+    if None in out:
         for i, tid in enumerate(out):
-            if tid == -1:
+            if tid is None:
                 w = words[i]
                 tid = out[i] = token_id(w, vocab)
                 if len(cache) < 1_000_000:
@@ -72,8 +72,7 @@ def _indices(n_tokens: int, seed: int) -> np.ndarray:
 
 def filler_text(n_tokens: int, seed: int = 0) -> str:
     """Deterministic text of exactly ``n_tokens`` tokens (words) for ``seed``."""
-    words = WORDS
-    return " ".join([words[i] for i in _indices(n_tokens, seed).tolist()])
+    return " ".join(_WORDS_ARRAY[_indices(n_tokens, seed)].tolist())
 
 
 def filler_ids(n_tokens: int, seed: int = 0, vocab: int = DEFAULT_VOCAB) -> np.ndarray:

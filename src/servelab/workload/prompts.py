@@ -244,7 +244,7 @@ class PromptSynthesizer:
         idx = self._draw(rng, budget, lead=lead, start=tag)
         if self._now is None or cal.probe_error == 0:  # costs add up exactly: the prediction is the count
             predicted = cal.alpha * self._cost_of(idx, lead=lead) + cal.beta
-            return Prompt(" ".join(self.words[i] for i in idx), max(1, round(predicted)), target)
+            return Prompt(" ".join(map(self.words.__getitem__, idx)), max(1, round(predicted)), target)
         return self._checked(idx, len(tag), target, lead, rng)
 
     def _checked(self, idx: list[int], keep: int, target: int, lead: bool, rng: np.random.Generator) -> Prompt:
