@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any, Protocol
 
 import httptools
 import orjson
@@ -29,7 +30,6 @@ from servelab.records.schema import DISCONNECTED, HTTP_ERROR, MALFORMED, OK, Req
 from servelab.transport._deadlines import IDLE_S, Deadlines
 from servelab.transport._fields import Fields, error_body
 from servelab.transport._plain import PlainExchange  # noqa: F401 - re-exported (older import path)
-from servelab.transport._pool import Conn
 from servelab.transport._shape import learn_shape
 from servelab.transport._toolcalls import add_tool_deltas, tool_call_list
 from servelab.transport._wire import body_preview, error_message, error_text
@@ -47,6 +47,19 @@ _HEAD_MAX = 256  # bytes of an unreadable body kept for the error message
 _SSE, _JSON, _ERRBODY, _BAD, _DRAIN = 1, 2, 3, 4, 5
 
 
+class ExchangeConn(Protocol):
+    """What an exchange needs of its connection: a pooled socket (``_pool.Conn``) or the mock transport's."""
+
+    @property
+    def pool(self) -> Any: ...  # whose ``inbox.flush()`` parses what arrived before a deadline fires
+
+    @property
+    def exchange(self) -> object: ...  # the exchange the connection serves now
+
+    def close(self) -> None: ...
+    def done(self, keep_alive: bool) -> None: ...
+
+
 class ModelExchange(Deadlines, Fields):
     """A chat/completions request whose answer is streamed (SSE) or whole (JSON)."""
 
@@ -57,7 +70,7 @@ class ModelExchange(Deadlines, Fields):
         "_interim", "_extra", "_feeding", "_size", "_cap", "_idle_s", "_bad", "_head", "_enc",
     )
 
-    def __init__(self, rec: RequestRecord, now: Callable[[], int], conn: Conn, stream: bool,
+    def __init__(self, rec: RequestRecord, now: Callable[[], int], conn: ExchangeConn, stream: bool,
                  total_s: float, idle_s: float = IDLE_S, max_bytes: int = MAX_RESPONSE_BYTES) -> None:
         self.rec = rec
         self._now = now

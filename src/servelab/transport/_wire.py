@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import ssl
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -95,7 +96,7 @@ def bearer_from_env(var: str | None) -> str | None:
     return key
 
 
-def header_block(endpoint: Endpoint, extra: dict[str, str], bearer: str | None, accept: str) -> bytes:
+def header_block(endpoint: Endpoint, extra: Mapping[str, str], bearer: str | None, accept: str) -> bytes:
     """The header lines shared by every request (no request line, no Content-Length, no final CRLF).
 
     Extra headers replace a default of the same name (case-insensitive); framing headers are refused.
