@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import functools
 import math
 from statistics import NormalDist
 from typing import Any
@@ -68,6 +69,7 @@ def _mix(seed: int, rid: int) -> int:
 class _Replica:
     __slots__ = ("dep", "sched", "cost", "wake", "role", "steps", "busy_s", "compute_s", "memory_s", "comm_s",
                  "a2a_bytes", "imbalance", "cpu_s")
+    sched: Scheduler  # set by the Engine once the pool's KV cache is sized
 
     def __init__(self, dep: Deployment, role: str, seed: int, backend: Any = None) -> None:
         self.dep, self.role = dep, role
@@ -106,8 +108,8 @@ class Engine:
                     kv, max_num_seqs=dep.sched_max_seqs, max_num_batched_tokens=dep.sched_max_tokens,
                     chunked_prefill=dep.chunked_prefill, spec_tokens=dep.spec_tokens,
                     spec_acceptance=dep.spec_acceptance, seed=_mix(seed, 1000 * i + j),
-                    on_finish=lambda s, now, r=r: self._finished(r, s, now),
-                    on_prefilled=(lambda s, now: self._handoff(s, now)) if role == "prefill" else None)
+                    on_finish=functools.partial(self._finished, r),
+                    on_prefilled=self._handoff if role == "prefill" else None)
                 self.replicas.append(r)
         self.entry = [r for r in self.replicas if r.role != "decode"]
         self.decode_pool = [r for r in self.replicas if r.role == "decode"]
@@ -360,9 +362,11 @@ class Engine:
 
     def _loop_ended(self, task: asyncio.Task) -> None:
         """A crashed step loop must not leave requests waiting forever: fail them with its error."""
-        if task.cancelled() or task.exception() is None:
+        if task.cancelled():
             return
         exc = task.exception()
+        if exc is None:
+            return
         for rid in list(self._active):
             s, _ = self._active.pop(rid)
             if s.req.done is not None and not s.req.done.done():
