@@ -17,7 +17,7 @@ from typing import Any, overload
 
 import numpy as np
 
-from servelab.config.models import RunConfig
+from servelab.config.models import RunConfig, WorkloadConfig
 from servelab.workload.prompts import Prompt, PromptSynthesizer
 from servelab.workload.sampling import int_sample_n, make_sampler
 from servelab.workload.tokens import CountFn, resolve_counter
@@ -66,6 +66,14 @@ class _ChunkedLengths:
         return int(self._vals[i - c * _CHUNK])
 
 
+def requests_workload(config: RunConfig) -> WorkloadConfig:
+    """The single-turn workload of ``config``; request plans exist for no other kind."""
+    w = config.workload
+    if not isinstance(w, WorkloadConfig):
+        raise TypeError(f"request plans are built for a kind: requests workload, not kind: {w.kind}")
+    return w
+
+
 class RequestPlanner:
     """Builds ``RequestPlan`` for any index. Create with :func:`planner` (it calibrates first)."""
 
@@ -73,7 +81,7 @@ class RequestPlanner:
         synth.calibration  # noqa: B018 - raises when calibrate() was not awaited
         self.config = config
         self.synth = synth
-        w = config.workload
+        self.workload = w = requests_workload(config)
         self._inputs = _ChunkedLengths(w.input_tokens, config.seed, _STREAM_INPUT)
         self._outputs = _ChunkedLengths(w.output_tokens, config.seed, _STREAM_OUTPUT)
         self._system = w.system_prompt
@@ -85,7 +93,7 @@ class RequestPlanner:
         """The shared prefix of ``group`` (built once, then cached)."""
         p = self._prefixes.get(group)
         if p is None:
-            sp = self.config.workload.shared_prefix
+            sp = self.workload.shared_prefix
             assert sp is not None
             p = self._prefixes[group] = self.synth.build(sp.tokens, index=group, kind=1, lead=True)
         return p
@@ -93,7 +101,7 @@ class RequestPlanner:
     def plan(self, index: int) -> RequestPlan:
         if index < 0:
             raise IndexError(f"request index must be >= 0, got {index}")
-        w = self.config.workload
+        w = self.workload
         group, prefix_tokens, text = None, 0, ""
         if w.shared_prefix is not None:
             group = index % w.shared_prefix.groups
@@ -102,13 +110,14 @@ class RequestPlanner:
         body = self.synth.build(self._inputs[index], index=index, kind=0, lead=group is None)
         text += body.text
         est = self._system_tokens + prefix_tokens + body.tokens
+        messages: list[dict[str, Any]] | None = None
+        prompt: str | None = None
         if self._chat:
-            messages: list[dict[str, Any]] = [{"role": "user", "content": text}]
+            messages = [{"role": "user", "content": text}]
             if self._system:
                 messages.insert(0, {"role": "system", "content": self._system})
-            prompt = None
         else:
-            messages, prompt = None, (f"{self._system}\n\n{text}" if self._system else text)
+            prompt = f"{self._system}\n\n{text}" if self._system else text
         max_tokens = self._outputs[index]
         return RequestPlan(
             index=index, prompt=prompt, messages=messages, est_prompt_tokens=est,
@@ -157,7 +166,7 @@ class RequestPlans(Sequence[RequestPlan]):
 async def planner(config: RunConfig, synth: PromptSynthesizer) -> RequestPlanner:
     """Calibrate ``synth`` (once) and count the system prompt (once); then plans need no counter calls."""
     await synth.calibrate()
-    system = config.workload.system_prompt
+    system = requests_workload(config).system_prompt
     system_tokens = (await synth.count(system) or 0) if system else 0
     return RequestPlanner(config, synth, system_tokens)
 

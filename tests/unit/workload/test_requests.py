@@ -110,3 +110,9 @@ async def test_planner_iterates_unbounded_and_make_synthesizer_picks_the_counter
     it = p.iter_plans(start=5)
     assert [next(it).index for _ in range(3)] == [5, 6, 7]
     assert (await make_synthesizer(cfg)).source == "estimate"
+
+
+async def test_request_plans_refuse_a_workload_that_is_not_single_turn():
+    cfg = RunConfig.model_validate({"workload": {"kind": "agent", "profile": "chat"}})
+    with pytest.raises(TypeError, match="kind: requests workload, not kind: agent"):
+        await _plans(cfg, 1)
