@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 from servelab.config.bounds import check_header
 from servelab.config.distributions import Empirical, Exponential, Fixed, LogNormal, Normal, Uniform
-from servelab.config.models import RunConfig
+from servelab.config.models import RunConfig, WorkloadConfig
 from servelab.errors import ConfigError, RunDirError, TargetError
 from servelab.records.journal import REQUESTS_JOURNAL, SESSIONS_JOURNAL
 
@@ -114,7 +114,7 @@ def dist_max(d: Any) -> float | None:
 def longest_request(cfg: RunConfig) -> tuple[int, int] | None:
     """(prompt tokens, output tokens) of the longest single-turn request the workload can make."""
     w = cfg.workload
-    if getattr(w, "kind", None) != "requests":
+    if not isinstance(w, WorkloadConfig):  # kind: requests
         return None
     prompt, output = dist_max(w.input_tokens), dist_max(w.output_tokens)
     if prompt is None or output is None:
