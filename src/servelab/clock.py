@@ -14,12 +14,14 @@ from __future__ import annotations
 import asyncio
 import selectors
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable, Coroutine
+from concurrent.futures import Executor
+from typing import Any, Protocol, TypeVar, TypeVarTuple
 
 from servelab.errors import SimulationDeadlock
 
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 NS_PER_S = 1_000_000_000
 
@@ -36,7 +38,7 @@ class Clock(Protocol):
     async def sleep_until(self, t_ns: int) -> None:
         """Wait until ``now() >= t_ns`` (absolute; never drifts)."""
 
-    def run(self, main: Callable[[], Awaitable[T]]) -> T:
+    def run(self, main: Callable[[], Coroutine[Any, Any, T]]) -> T:
         """Run the coroutine returned by ``main`` to completion on this clock's event loop."""
 
 
@@ -59,7 +61,7 @@ class WallClock:
         if delay > 0:
             await asyncio.sleep(delay)
 
-    def run(self, main: Callable[[], Awaitable[T]]) -> T:
+    def run(self, main: Callable[[], Coroutine[Any, Any, T]]) -> T:
         if self._use_uvloop:
             try:
                 import uvloop
@@ -132,7 +134,8 @@ class _VirtualLoop(asyncio.SelectorEventLoop):
     def time(self) -> float:
         return self._vclock._t / NS_PER_S
 
-    def run_in_executor(self, executor: Any, func: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+    def run_in_executor(self, executor: Executor | None, func: Callable[[*Ts], T],
+                        *args: *Ts) -> asyncio.Future[T]:
         # Counted so that an idle loop waiting on a worker thread is not taken for a deadlock.
         fut = super().run_in_executor(executor, func, *args)
         self._in_executor += 1
@@ -198,7 +201,7 @@ class VirtualClock:
     def new_loop(self) -> asyncio.AbstractEventLoop:
         return _VirtualLoop(self)
 
-    def run(self, main: Callable[[], Awaitable[T]]) -> T:
+    def run(self, main: Callable[[], Coroutine[Any, Any, T]]) -> T:
         """Run ``main()`` to completion on virtual time.
 
         Raises :class:`~servelab.errors.SimulationDeadlock` (naming the pending tasks) when nothing is
