@@ -275,7 +275,11 @@ class RooflineCost:
         seqs = n_dec + (1 if p_tok else 0)
         mb = max(1, min(d.pp, seqs))  # pipeline micro-batches
         f = 1.0 / mb
-        args = (tok * f, ctx_dec * f, n_dec * f, p_tok * f, p_pairs * f, p_ctx * f)
+
+        def scaled(s: float) -> tuple[float, float, float, float, float, float]:
+            return (tok * s, ctx_dec * s, n_dec * s, p_tok * s, p_pairs * s, p_ctx * s)
+
+        args = scaled(f)
         kinds = [(False, False, 1 - self.frac_moe)]
         if self.frac_moe:
             kinds = [(False, False, 1 - self.frac_moe), (True, False, self.frac_moe)]
@@ -290,7 +294,7 @@ class RooflineCost:
                 continue
             n_layers = self.stage_layers * w
             if d.overlap and tok >= 2:
-                hc, hm, hcomm, limb, la2a = self._layer(*(a / 2 for a in args), moe=moe, sliding=sliding)
+                hc, hm, hcomm, limb, la2a = self._layer(*scaled(f / 2), moe=moe, sliding=sliding)
                 work, comm_t = 2 * (hc + hm), 2 * hcomm
                 # Two micro-batches pipelined: the first one's compute and the last one's communication
                 # cannot overlap anything: max(work, comm) + min(work, comm) / 2.
