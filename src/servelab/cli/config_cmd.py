@@ -94,8 +94,10 @@ def rows(model: type[BaseModel] = None, prefix: str = "", depth: int = 0) -> lis
                 for r in inner:
                     r["description"] = f"[{path}{tag}] {r['description']}"
             out += inner
-    seen: set[tuple[str, str]] = set()
-    return [r for r in out if not ((r["key"], r["description"]) in seen or seen.add((r["key"], r["description"])))]
+    first: dict[tuple[str, str], dict[str, Any]] = {}  # each (key, description) once, where it first appears
+    for r in out:
+        first.setdefault((r["key"], r["description"]), r)
+    return list(first.values())
 
 
 def render_doc() -> str:

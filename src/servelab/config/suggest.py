@@ -40,8 +40,10 @@ def field_paths(model: type[BaseModel], prefix: str = "", _seen: frozenset[type]
         for sub in _models_in(info.annotation):
             if sub not in _seen:
                 out += field_paths(sub, f"{path}.", _seen | {model})
-    seen: set[str] = set()
-    return [(p, i) for p, i in out if not (p in seen or seen.add(p))]
+    first: dict[str, tuple[str, Any]] = {}  # each key once, where it first appears
+    for p, i in out:
+        first.setdefault(p, (p, i))
+    return list(first.values())
 
 
 def suggest(model: type[BaseModel], where: str, key: str) -> str | None:

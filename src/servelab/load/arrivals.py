@@ -135,6 +135,7 @@ def time_scale(
             raise ConfigError(f"time_scale: speed must be a finite factor > 0, got {speed!r}")
         factor = 1.0 / speed
     else:
+        assert rate is not None  # exactly one of speed and rate is set (checked above)
         if not (math.isfinite(rate) and rate > 0):
             raise ConfigError(f"time_scale: rate must be a finite value > 0 requests/s, got {rate!r}")
         span = rel[-1]
