@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -54,6 +54,12 @@ def _elasticity(y0: float, y1: float, x0: float, x1: float) -> float:
 
 def _elasticities(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.array([_elasticity(y[i - 1], y[i], x[i - 1], x[i]) for i in range(1, len(x))])
+
+
+@overload
+def _as_array(name: str, values: Sequence[float], n: int) -> np.ndarray: ...
+@overload
+def _as_array(name: str, values: Sequence[float] | None, n: int) -> np.ndarray | None: ...
 
 
 def _as_array(name: str, values: Sequence[float] | None, n: int) -> np.ndarray | None:
@@ -218,7 +224,8 @@ def _corroborate(out: dict[str, Any], lv: np.ndarray, el: np.ndarray, k: int, ow
 
 def _slo_targets(slo: Any) -> tuple[dict[str, float], str, float | None]:
     get = slo.get if isinstance(slo, Mapping) else (lambda k, d=None: getattr(slo, k, d))
-    targets = {m: float(get(m)) for m in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms") if get(m) is not None}
+    given = {m: get(m) for m in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")}
+    targets = {m: float(v) for m, v in given.items() if v is not None}
     pct = float(get("percentile", 99) or 99)
     key = f"p{pct:g}"
     return targets, key, get("min_goodput_fraction", None)
@@ -275,7 +282,9 @@ def max_load_meeting_slo(levels: Sequence[float], summaries: Sequence[Mapping[st
                           hint="set at least one of slo.ttft_ms, itl_ms, tpot_ms, e2e_ms, min_goodput_fraction")
     pairs = sorted(zip((float(x) for x in levels), summaries, strict=True), key=lambda p: p[0])
     integer = all(float(x).is_integer() for x, _ in pairs)
-    checks, best, first_fail = [], None, None
+    checks: list[dict[str, Any]] = []
+    best: float | None = None
+    first_fail: float | None = None
     for lvl, s in pairs:
         ok, misses = _check_point(s, targets, key, min_good)
         checks.append({"level": lvl, "meets": ok, "misses": misses})
@@ -346,7 +355,7 @@ def split_endpoints(values: Sequence[float], summaries: Sequence[Mapping[str, An
     if not meeting:
         return None
     failing = ", ".join(f"{v:g}" for v, ok, _ in checks if not ok)
-    res = {"level": max(meeting), "reason": f"meets the SLO at {', '.join(f'{v:g}' for v in meeting)}"
+    res: dict[str, Any] = {"level": max(meeting), "reason": f"meets the SLO at {', '.join(f'{v:g}' for v in meeting)}"
                                           + (f"; misses at {failing}" if failing else "")}
     by = {float(v): s for v, s in zip(values, summaries, strict=True)}
 
