@@ -121,9 +121,9 @@ _SWEEP = r"""
 import json, sys, time
 from servelab.sweep.runner import SweepSpec, run_sweep
 if __name__ == "__main__":
-    par, ray, out = int(sys.argv[1]), (None if sys.argv[2] == "-" else sys.argv[2]), sys.argv[3]
+    par, ray, out, n = int(sys.argv[1]), (None if sys.argv[2] == "-" else sys.argv[2]), sys.argv[3], int(sys.argv[4])
     base = {"target": {"url": "sim"}, "workload": {"input_tokens": 256, "output_tokens": 64},
-            "limits": {"requests": 400}, "telemetry": {"enabled": False}}
+            "limits": {"requests": n}, "telemetry": {"enabled": False}}
     spec = SweepSpec(base=base, axes={"concurrency": [1, 2, 4, 8, 16, 32, 64, 128]}, out=out, report=False,
                      parallel=par, ray_address=ray)
     t = time.perf_counter()
@@ -133,13 +133,13 @@ if __name__ == "__main__":
 """
 
 
-def sweep() -> None:
-    print("\nsweep: 8 simulated points (concurrency 1..128, 400 requests each), wall time of run_sweep")
+def sweep(n: int) -> None:
+    print(f"\nsweep: 8 simulated points (concurrency 1..128, {n} requests each), wall time of run_sweep")
     print(f"{'mode':<16} {'wall s':>8} {'points ok':>10} {'speed-up':>9} {'knee':>6}")
     with tempfile.TemporaryDirectory() as tmp:
-        rows = {"serial": _run(_SWEEP, "1", "-", tmp), "--parallel 2": _run(_SWEEP, "2", "-", tmp)}
+        rows = {"serial": _run(_SWEEP, "1", "-", tmp, str(n)), "--parallel 2": _run(_SWEEP, "2", "-", tmp, str(n))}
         try:
-            rows["--ray (local)"] = _run(_SWEEP, "2", "", tmp)
+            rows["--ray (local)"] = _run(_SWEEP, "2", "", tmp, str(n))
         except RuntimeError as e:
             print(f"(ray: {str(e).splitlines()[-1]})")
     for name, r in rows.items():
@@ -163,6 +163,8 @@ def main() -> None:
     ap.add_argument("--cases", default="throughput,sweep,memory")
     ap.add_argument("--duration", type=float, default=4.0)
     ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument("--sweep-requests", type=int, default=3000,
+                    help="sweep case: requests per point (points must outlast a process start to gain)")
     ap.add_argument("--sizes", default="10000,100000", help="memory case: request counts")
     ap.add_argument("--million", action="store_true", help="memory case: add 1,000,000 requests (long)")
     args = ap.parse_args()
@@ -177,7 +179,7 @@ def main() -> None:
         if "throughput" in cases:
             throughput(url, args.duration, args.concurrency)
         if "sweep" in cases:
-            sweep()
+            sweep(args.sweep_requests)
         if "memory" in cases:
             sizes = [int(x) for x in args.sizes.split(",")] + ([1_000_000] if args.million else [])
             memory(url, sizes, args.concurrency)
