@@ -86,7 +86,7 @@ def _flatten(obj: Any, out: dict[str, Any] | None = None) -> dict[str, Any]:
     out = {} if out is None else out
     if not isinstance(obj, Mapping):
         return out
-    nested = []
+    nested: list[Mapping[str, Any]] = []
     for k, v in obj.items():
         nk = _norm(str(k))
         if nk in ("server_flags", "flags", "server_args", "engine_args"):
@@ -267,12 +267,13 @@ def _verdict(ci: Mapping[str, float | None], lower_is_better: bool, n: tuple[int
     ``within noise``: the interval contains 0, or the difference is inside the practical-significance floor
     (``|rel| <= noise_floor``) however narrow its interval (deterministic simulator runs have zero-width
     intervals, so without a floor a 0.06% difference would get a verdict). Otherwise ``better``/``worse``."""
-    if ci["lo"] is None or ci["diff"] is None or min(n) < min_n:
+    lo, hi, diff = ci["lo"], ci["hi"], ci["diff"]
+    if lo is None or hi is None or diff is None or min(n) < min_n:
         return "too few samples"
     rel = ci.get("rel")
-    if ci["diff"] == 0 or (rel is not None and abs(rel) <= noise_floor) or ci["lo"] <= 0 <= ci["hi"]:
+    if diff == 0 or (rel is not None and abs(rel) <= noise_floor) or lo <= 0 <= hi:
         return "within noise"
-    b_higher = ci["lo"] > 0
+    b_higher = lo > 0
     return "worse" if b_higher == lower_is_better else "better"
 
 
