@@ -118,7 +118,7 @@ def sweep_verdict(state: Mapping[str, Any], slo_results: Sequence[tuple[str, Map
     else:
         words = [f"{len(groups)} groups of points, one knee each."]
         words += [knee_sentence(g.knee, axis, g.label, state.get("knee_reason")) for g in groups]
-    tps = [(_tput(p), p) for p in pts if _tput(p) is not None and p.get("level") is not None]
+    tps = [(t, p) for p in pts if (t := _tput(p)) is not None and p.get("level") is not None]
     if tps:
         best, bp = max(tps, key=lambda t: t[0])
         where = f" ({params_words(_fixed(bp.get('params')))})" if len(groups) > 1 else ""
@@ -156,12 +156,13 @@ def quality_alarms(state: Mapping[str, Any]) -> list[str]:
                     and _tput(q) is not None), None)
         name, tp = params_words(p.get("params")), _tput(p)
         drop = f"accuracy {pct(acc)} ({_drop_words(vs)} against the first setup)"
-        if ref is not None and tp is not None and _tput(ref):
-            gain = tp / _tput(ref) - 1
+        ref_tp = _tput(ref) if ref is not None else None
+        if tp is not None and ref_tp:
+            gain = tp / ref_tp - 1
             lvl = f"{axis} {p['level']:g}" if p.get("level") is not None else "the same level"
             if gain > 0:
                 out.append(f"Quality warning: {name} gains {gain:+.0%} output throughput over the first serving "
-                           f"setup at {lvl} ({num(tp, '{:,.0f}')} vs {num(_tput(ref), '{:,.0f}')} tokens/s), but "
+                           f"setup at {lvl} ({num(tp, '{:,.0f}')} vs {num(ref_tp, '{:,.0f}')} tokens/s), but "
                            f"its answers are worse: {drop}. The gain is bought with quality.")
             else:
                 out.append(f"Quality warning: {name} loses quality with no throughput gain at {lvl} "
@@ -317,7 +318,7 @@ def sweep_headline(state: Mapping[str, Any], runs: Mapping[str, Any]) -> str:
             words.append(f"{lead}no knee up to {axis} {k['low']:g} (still scaling)")
         else:
             words.append(f"{lead}no knee found")
-    tps = [(_tput(p), p) for g in groups for p in g.points if _tput(p) is not None]
+    tps = [(t, p) for g in groups for p in g.points if (t := _tput(p)) is not None]
     if tps:
         best, bp = max(tps, key=lambda t: t[0])
         from servelab.report.words import sig
