@@ -81,19 +81,33 @@ def _memory_facts(facts: dict[str, Fact], manifest: Mapping[str, Any]) -> None:
 
 
 def _request_facts(facts: dict[str, Fact], manifest: Mapping[str, Any], requests: Any) -> None:
-    c = int_columns(requests, ("intended_ns", "end_ns", "usage_prompt_tokens", "est_prompt_tokens", "usage_completion_tokens",
-                            "est_completion_tokens", "srv_preempted_ns"))
+    c = int_columns(
+        requests,
+        (
+            "intended_ns",
+            "end_ns",
+            "usage_prompt_tokens",
+            "est_prompt_tokens",
+            "usage_completion_tokens",
+            "est_completion_tokens",
+            "srv_preempted_ns",
+        ),
+    )
     live = ~c["warmup"]
     ok = live & (c["status"] == "ok")
     if not ok.any():
         return
-    out = np.where(c["usage_completion_tokens?"], c["est_completion_tokens"], c["usage_completion_tokens"])[ok]
+    out = np.where(c["usage_completion_tokens?"], c["est_completion_tokens"], c["usage_completion_tokens"])[
+        ok
+    ]
     inp = np.where(c["usage_prompt_tokens?"], c["est_prompt_tokens"], c["usage_prompt_tokens"])[ok]
     _fact(facts, "mean_output_tokens", float(out.mean()), "tokens", "mean output length", "requests")
     _fact(facts, "median_output_tokens", float(np.median(out)), "tokens", "median output length", "requests")
     if not c["srv_preempted_ns?"][ok].all():
         pre = (c["srv_preempted_ns"][ok] > 0).mean()
-        _fact(facts, "preempted_share", float(pre), "", "requests preempted at least once", "requests (srv_*)")
+        _fact(
+            facts, "preempted_share", float(pre), "", "requests preempted at least once", "requests (srv_*)"
+        )
     mode = "open" if _get(manifest, "config", "load", "rate") is not None else "closed"
     # Measured in both modes, from the requests' intended send times (in a closed loop, arrivals follow
     # completions: their spread is measured too, never assumed).
@@ -102,7 +116,9 @@ def _request_facts(facts: dict[str, Fact], manifest: Mapping[str, Any], requests
     if gaps.size >= 20 and gaps.mean() > 0:
         label = "inter-arrival CV (1 = Poisson)" if mode == "open" else \
             "inter-arrival CV in a closed loop (arrivals follow completions)"
-        _fact(facts, "arrival_cv", float(gaps.std() / gaps.mean()), "", label, "requests (intended send times)")
+        _fact(
+            facts, "arrival_cv", float(gaps.std() / gaps.mean()), "", label, "requests (intended send times)"
+        )
     conc = _get(manifest, "config", "load", "concurrency")
     how = "concurrency"
     if conc is None and ok.sum() >= 2:  # open loop: Little's law, arrival rate x mean time in system
@@ -119,25 +135,55 @@ def _request_facts(facts: dict[str, Fact], manifest: Mapping[str, Any], requests
 
 
 def _session_facts(facts: dict[str, Fact], sessions: Any) -> None:
-    c = int_columns(sessions, ("start_ns", "end_ns", "turns", "requests", "tool_calls", "tool_ns", "retrieval_ns",
-                            "code_ns", "model_ns"))
+    c = int_columns(
+        sessions,
+        (
+            "start_ns",
+            "end_ns",
+            "turns",
+            "requests",
+            "tool_calls",
+            "tool_ns",
+            "retrieval_ns",
+            "code_ns",
+            "model_ns",
+        ),
+    )
     done = ~c["warmup"] & ~c["end_ns?"]
     if not done.any():
         return
     wall = (c["end_ns"][done] - c["start_ns"][done]).astype(np.float64)
     tools = (c["tool_ns"] + c["retrieval_ns"] + c["code_ns"])[done].astype(np.float64)
     if wall.sum() > 0:
-        _fact(facts, "tool_share", float(tools.sum() / wall.sum()), "", "tools + retrieval + code / task time",
-              "sessions")
+        _fact(
+            facts,
+            "tool_share",
+            float(tools.sum() / wall.sum()),
+            "",
+            "tools + retrieval + code / task time",
+            "sessions",
+        )
     turns = c["turns"][done].sum()
     if turns > 0:
         _fact(facts, "tool_calls_per_turn", float(c["tool_calls"][done].sum() / turns), "",
               "tool calls per model turn", "sessions")
-    _fact(facts, "requests_per_task", float(c["requests"][done].mean()), "", "model requests per task", "sessions")
+    _fact(
+        facts,
+        "requests_per_task",
+        float(c["requests"][done].mean()),
+        "",
+        "model requests per task",
+        "sessions",
+    )
 
 
-def collect_evidence(manifest: Mapping[str, Any], summary: Mapping[str, Any] | None = None, requests: Any = None,
-                     sessions: Any = None, sweep: Mapping[str, Any] | None = None) -> dict[str, Fact]:
+def collect_evidence(
+    manifest: Mapping[str, Any],
+    summary: Mapping[str, Any] | None = None,
+    requests: Any = None,
+    sessions: Any = None,
+    sweep: Mapping[str, Any] | None = None,
+) -> dict[str, Fact]:
     """Facts the rules test, from whatever the run has. ``sweep``: optional ``{"levels", "throughput",
     "slo_level"}`` (``slo_level`` from :func:`servelab.analysis.knee.max_load_meeting_slo`)."""
     facts: dict[str, Fact] = {}
@@ -199,7 +245,9 @@ RULES: tuple[tuple[str, str, tuple[Condition, ...]], ...] = (
 )
 
 
-def _evaluate(name: str, action: str, conds: Sequence[Condition], facts: Mapping[str, Fact]) -> dict[str, Any]:
+def _evaluate(
+    name: str, action: str, conds: Sequence[Condition], facts: Mapping[str, Fact]
+) -> dict[str, Any]:
     ev, holds = [], []
     settled = None
     for c in conds:
@@ -230,8 +278,10 @@ def _evaluate(name: str, action: str, conds: Sequence[Condition], facts: Mapping
     if n < len(conds):
         why += f", {len(conds) - n} not measured"
     if name in ("single node", "multi-node") and not settled and n:
-        why += ("; from one run's evidence only: a sweep over topologies (servelab sweep with several --target) "
-                "decides it on measured tasks/h and $/task in its decision table")
+        why += (
+            "; from one run's evidence only: a sweep over topologies (servelab sweep with several --target) "
+            "decides it on measured tasks/h and $/task in its decision table"
+        )
     if settled == "required":
         why = f"{action}: required, the model does not fit one node"
     elif settled == "not possible":

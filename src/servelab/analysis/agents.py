@@ -18,9 +18,27 @@ import pyarrow as pa
 from servelab.analysis.stats import percentile_summary
 from servelab.records.schema import SessionRecord
 
-_INT_COLS = ("start_ns", "end_ns", "turns", "requests", "retries", "tool_calls", "tool_failures", "timeouts",
-             "model_ns", "tool_ns", "retrieval_ns", "code_ns", "think_ns", "waiting_ns", "context_ns", "queue_ns",
-             "input_tokens", "output_tokens", "cached_tokens")
+_INT_COLS = (
+    "start_ns",
+    "end_ns",
+    "turns",
+    "requests",
+    "retries",
+    "tool_calls",
+    "tool_failures",
+    "timeouts",
+    "model_ns",
+    "tool_ns",
+    "retrieval_ns",
+    "code_ns",
+    "think_ns",
+    "waiting_ns",
+    "context_ns",
+    "queue_ns",
+    "input_tokens",
+    "output_tokens",
+    "cached_tokens",
+)
 NS_PER_MS = 1e6
 
 
@@ -45,7 +63,11 @@ class SessionColumns:
 
     @classmethod
     def from_table(cls, table: pa.Table) -> SessionColumns:
-        warm = np.array(table.column("warmup").to_pylist(), dtype=bool) if "warmup" in table.column_names else None
+        warm = (
+            np.array(table.column("warmup").to_pylist(), dtype=bool)
+            if "warmup" in table.column_names
+            else None
+        )
         keep = ~warm if warm is not None else np.ones(table.num_rows, dtype=bool)
 
         def col(name: str) -> np.ndarray:

@@ -37,7 +37,9 @@ def model_cost_usd(prices: Any, *, duration_s: float, input_tokens: float, cache
         return m.gpu_hour_usd * m.gpus * duration_s / 3600.0
     cached_price = m.input_per_million if m.cached_input_per_million is None else m.cached_input_per_million
     uncached = max(0.0, input_tokens - cached_tokens)
-    return (uncached * m.input_per_million + cached_tokens * cached_price + output_tokens * m.output_per_million) / _M
+    return (
+        uncached * m.input_per_million + cached_tokens * cached_price + output_tokens * m.output_per_million
+    ) / _M
 
 
 def cost_summary(
@@ -55,9 +57,13 @@ def cost_summary(
     c = SessionColumns.of(sessions)
     ended = np.isfinite(c["end_ns"])
     if duration_s is None:
-        duration_s = (float(c["end_ns"][ended].max()) - float(c["start_ns"].min())) / 1e9 if ended.any() else 0.0
+        duration_s = (
+            (float(c["end_ns"][ended].max()) - float(c["start_ns"].min())) / 1e9 if ended.any() else 0.0
+        )
     inp, cached, out = (float(np.nansum(c[k])) for k in ("input_tokens", "cached_tokens", "output_tokens"))
-    model = model_cost_usd(prices, duration_s=duration_s, input_tokens=inp, cached_tokens=cached, output_tokens=out)
+    model = model_cost_usd(
+        prices, duration_s=duration_s, input_tokens=inp, cached_tokens=cached, output_tokens=out
+    )
     tool = float(np.nansum(c["tool_calls"])) * prices.tool_call_usd
     session_s = float(((c["end_ns"] - c["start_ns"])[ended]).sum()) / 1e9
     orchestration = session_s * prices.orchestration_usd_per_session_s

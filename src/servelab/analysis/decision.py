@@ -115,7 +115,9 @@ def _collapse(rows: list[dict[str, Any]], col: str) -> None:
             if r.get("success_rate") is not None and r["success_rate"] < MIN_SUCCESS:
                 why.append(f"success {r['success_rate']:.0%} < {MIN_SUCCESS:.0%}")
             if best > 0 and v < (1 - COLLAPSE_DROP) * best:
-                why.append(f"{col.replace('_', ' ')} {v:,.0f} is {1 - v / best:.0%} below its best {best:,.0f}")
+                why.append(
+                    f"{col.replace('_', ' ')} {v:,.0f} is {1 - v / best:.0%} below its best {best:,.0f}"
+                )
             r["collapsed"] = bool(why)
             r["collapse_reason"] = "; ".join(why) or None
             best = max(best, v)
@@ -207,7 +209,9 @@ def decision_table(points: Sequence[PointData], *, gpu_hour_usd: float | None = 
                    task_p95_slo_s: float | None = None) -> dict[str, Any]:
     """``{rows, window_s, goal, crossovers, advice, targets}``; see the module docstring."""
     win = common_window(points)
-    rows = [_row(p, win, gpu_hour_usd) for p in sorted(points, key=lambda p: (p.gpus or 0, p.target, p.level))]
+    rows = [
+        _row(p, win, gpu_hour_usd) for p in sorted(points, key=lambda p: (p.gpus or 0, p.target, p.level))
+    ]
     col, cost = _goal(rows)
     _collapse(rows, col)
     _scaling(rows, col)

@@ -107,10 +107,15 @@ def _latency(table: Mapping[str, Any], chosen: Mapping[float, Mapping[str, Any]]
         if fast.get(cost) is not None and c.get(cost) is not None:
             price = f" at ${fast[cost]:,.4g} vs ${c[cost]:,.4g} per task"
         lvls = ", ".join(f"{x[0]:g}" for x in items)
-        out.append({"kind": "latency", "levels": [x[0] for x in items],
-                    "text": f"{t} only when task p95 matters more than cost: lower {key.replace('_', ' ')} at "
-                            f"{lvls} {word} (at {lv:g}: {_v(fast[key])} {unit} vs {_v(c[key])} {unit} for "
-                            f"{c['target']}{price})."})
+        out.append(
+            {
+                "kind": "latency",
+                "levels": [x[0] for x in items],
+                "text": f"{t} only when task p95 matters more than cost: lower {key.replace('_', ' ')} at "
+                f"{lvls} {word} (at {lv:g}: {_v(fast[key])} {unit} vs {_v(c[key])} {unit} for "
+                f"{c['target']}{price}).",
+            }
+        )
     return out
 
 
@@ -124,14 +129,22 @@ def _crossovers(table: Mapping[str, Any], word: str) -> list[dict[str, Any]]:
                 return f"at {', '.join(f'{lv:g}' for lv in at)} {word} only, not for good"
             return "at no level measured"
 
-        out.append({"kind": "crossover", "levels": [x["on_throughput"], x["on_cost"]],
-                    "text": f"{x['larger']} beats {x['smaller']} on {table['goal']['throughput'].replace('_', ' ')} "
-                            f"{w(x['on_throughput'], x.get('wins_throughput_at') or [])}, and on "
-                            f"{table['goal']['cost'].replace('_', ' ')} {w(x['on_cost'], x.get('wins_cost_at') or [])}."})
+        out.append(
+            {
+                "kind": "crossover",
+                "levels": [x["on_throughput"], x["on_cost"]],
+                "text": f"{x['larger']} beats {x['smaller']} on "
+                f"{table['goal']['throughput'].replace('_', ' ')} "
+                f"{w(x['on_throughput'], x.get('wins_throughput_at') or [])}, and on "
+                f"{table['goal']['cost'].replace('_', ' ')} {w(x['on_cost'], x.get('wins_cost_at') or [])}.",
+            }
+        )
     return out
 
 
-def _other_models(table: Mapping[str, Any], chosen: Mapping[float, Mapping[str, Any]], word: str) -> list[dict]:
+def _other_models(
+    table: Mapping[str, Any], chosen: Mapping[float, Mapping[str, Any]], word: str
+) -> list[dict]:
     targets = table["targets"]
     models = {t["model"] for t in targets}
     if len(models) < 2:
@@ -178,9 +191,15 @@ def advice_from_table(table: Mapping[str, Any]) -> list[dict[str, Any]]:
            *_other_models(table, chosen, word), *_per_model(table, word)]
     few = sorted({(r["target"], r["level"]) for r in rows if r.get("low_sample")})
     if few:
-        out.append({"kind": "sample", "levels": [lv for _, lv in few],
-                    "text": "Few tasks ended inside the window at " + ", ".join(f"{t} {lv:g}" for t, lv in few)
-                            + f" (under {MIN_TASKS}): those cells are noisy; run longer to confirm them."})
+        out.append(
+            {
+                "kind": "sample",
+                "levels": [lv for _, lv in few],
+                "text": "Few tasks ended inside the window at "
+                + ", ".join(f"{t} {lv:g}" for t, lv in few)
+                + f" (under {MIN_TASKS}): those cells are noisy; run longer to confirm them.",
+            }
+        )
     backends = table.get("backends") or {}
     if len(set(backends.values())) > 1:
         out.append({"kind": "backend", "levels": [],

@@ -73,8 +73,17 @@ def _row(figure: str, unit: str, direct: float | None, via: float | None, diff: 
     return row
 
 
-def _latency_rows(xa: np.ndarray, xb: np.ndarray, metric: str, percentiles: Sequence[float], resamples: int,
-                  max_n: int, rng: np.random.Generator, confidence: float, floor: float) -> list[dict[str, Any]]:
+def _latency_rows(
+    xa: np.ndarray,
+    xb: np.ndarray,
+    metric: str,
+    percentiles: Sequence[float],
+    resamples: int,
+    max_n: int,
+    rng: np.random.Generator,
+    confidence: float,
+    floor: float,
+) -> list[dict[str, Any]]:
     xa, xb = xa[np.isfinite(xa)], xb[np.isfinite(xb)]
     pcts = [float(p) for p in percentiles]
     name = metric.removesuffix("_ms")
@@ -102,9 +111,18 @@ def _pooled_rate(runs: Sequence[Mapping[str, np.ndarray]], what: str) -> RateSam
                       sum(p.window_s for p in parts), all(p.closed for p in parts))
 
 
-def _throughput_row(sa: Sequence[Mapping[str, np.ndarray]], sb: Sequence[Mapping[str, np.ndarray]], figure: str,
-                    unit: str, what: str, resamples: int, max_n: int, rng: np.random.Generator, confidence: float,
-                    floor: float) -> dict[str, Any]:
+def _throughput_row(
+    sa: Sequence[Mapping[str, np.ndarray]],
+    sb: Sequence[Mapping[str, np.ndarray]],
+    figure: str,
+    unit: str,
+    what: str,
+    resamples: int,
+    max_n: int,
+    rng: np.random.Generator,
+    confidence: float,
+    floor: float,
+) -> dict[str, Any]:
     ra, rb = _pooled_rate(sa, what), _pooled_rate(sb, what)
     n = (0 if ra is None else int(ra.tokens.size), 0 if rb is None else int(rb.tokens.size))
     if ra is None or rb is None or min(n) < 2:
@@ -146,8 +164,17 @@ def gateway_overhead(direct: Any, via: Any, *, mode: LoadMode = "closed",
     rng = np.random.default_rng(seed)
     rows: list[dict[str, Any]] = []
     for metric in LATENCY_METRICS:
-        rows += _latency_rows(_pool(sa, metric), _pool(sb, metric), metric, percentiles, resamples, max_n, rng,
-                              confidence, noise_floor)
+        rows += _latency_rows(
+            _pool(sa, metric),
+            _pool(sb, metric),
+            metric,
+            percentiles,
+            resamples,
+            max_n,
+            rng,
+            confidence,
+            noise_floor,
+        )
     rows.append(_throughput_row(sa, sb, "output tokens/s", "tok/s", "req_tokens", resamples, max_n, rng,
                                 confidence, noise_floor))
     rows.append(_throughput_row(sa, sb, "requests/s", "req/s", "req_ok", resamples, max_n, rng, confidence,

@@ -22,7 +22,9 @@ class LogHistogram:
 
     def __init__(self, lo: float = 0.01, hi: float = 1e7, precision: float = 0.01) -> None:
         if not (0 < lo < hi) or not 0 < precision < 1:
-            raise ValueError(f"need 0 < lo < hi and 0 < precision < 1, got lo={lo} hi={hi} precision={precision}")
+            raise ValueError(
+                f"need 0 < lo < hi and 0 < precision < 1, got lo={lo} hi={hi} precision={precision}"
+            )
         self.lo, self.hi, self.precision = float(lo), float(hi), float(precision)
         self._log_lo = math.log(lo)
         self._log_step = math.log1p(precision)

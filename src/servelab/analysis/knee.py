@@ -124,8 +124,15 @@ def find_knee(
     lv = np.asarray(levels, dtype=float)
     n_all = lv.size
     tp = _as_array("throughput", throughput, n_all)
-    extra = {k: _as_array(k, v, n_all) for k, v in
-             (("latency_p50", latency_p50), ("latency_p95", latency_p95), ("queue", queue), ("goodput", goodput))}
+    extra = {
+        k: _as_array(k, v, n_all)
+        for k, v in (
+            ("latency_p50", latency_p50),
+            ("latency_p95", latency_p95),
+            ("queue", queue),
+            ("goodput", goodput),
+        )
+    }
     if np.any(~np.isfinite(lv)) or np.any(lv <= 0):
         raise ConfigError("find_knee: load levels must be positive numbers", hint="check the sweep grid")
     order = np.argsort(lv, kind="stable")
@@ -157,8 +164,10 @@ def find_knee(
             # Kneedle's pick is a level where throughput still scales (the curve accelerates on log load,
             # so its difference curve has no concave bend): take the first level after which it flattens.
             k = next(j for j in range(n - 1) if el[j] < STILL_SCALING)
-            why = (f"throughput flattens at {_fmt(lv[k])}: the first level after which it grows with elasticity "
-                   f"below {STILL_SCALING} ({el[k]:.2f}; Kneedle found no concave bend)")
+            why = (
+                f"throughput flattens at {_fmt(lv[k])}: the first level after which it grows with elasticity "
+                f"below {STILL_SCALING} ({el[k]:.2f}; Kneedle found no concave bend)"
+            )
         else:
             why = ""
         out = {"level": float(lv[k]), "low": float(lv[k - 1]) if k > 0 else None,
@@ -278,8 +287,10 @@ def max_load_meeting_slo(levels: Sequence[float], summaries: Sequence[Mapping[st
         raise ConfigError(f"max_load_meeting_slo: {len(levels)} levels but {len(summaries)} summaries")
     targets, key, min_good = _slo_targets(slo)
     if not targets and min_good is None:
-        raise ConfigError("max_load_meeting_slo: the SLO sets no target",
-                          hint="set at least one of slo.ttft_ms, itl_ms, tpot_ms, e2e_ms, min_goodput_fraction")
+        raise ConfigError(
+            "max_load_meeting_slo: the SLO sets no target",
+            hint="set at least one of slo.ttft_ms, itl_ms, tpot_ms, e2e_ms, min_goodput_fraction",
+        )
     pairs = sorted(zip((float(x) for x in levels), summaries, strict=True), key=lambda p: p[0])
     integer = all(float(x).is_integer() for x, _ in pairs)
     checks: list[dict[str, Any]] = []
@@ -293,7 +304,9 @@ def max_load_meeting_slo(levels: Sequence[float], summaries: Sequence[Mapping[st
                 best = lvl
             else:
                 first_fail = lvl
-    later_pass = [c["level"] for c in checks if c["meets"] and first_fail is not None and c["level"] > first_fail]
+    later_pass = [
+        c["level"] for c in checks if c["meets"] and first_fail is not None and c["level"] > first_fail
+    ]
     refine = _midpoint(best, first_fail, integer) if best is not None and first_fail is not None else None
     if best is None:
         reason = f"the SLO fails already at the lowest level, {_fmt(pairs[0][0])}" if pairs else "no levels"
@@ -350,13 +363,18 @@ def split_endpoints(values: Sequence[float], summaries: Sequence[Mapping[str, An
         return None
     # Not monotone in max-num-seqs (too few sequences queue requests, too many slow every step): the largest
     # value that meets the SLO, whichever lower values fail.
-    checks = [(float(v), *_check_point(s, targets, key, min_good)) for v, s in zip(values, summaries, strict=True)]
+    checks = [
+        (float(v), *_check_point(s, targets, key, min_good)) for v, s in zip(values, summaries, strict=True)
+    ]
     meeting = [v for v, ok, _ in checks if ok]
     if not meeting:
         return None
     failing = ", ".join(f"{v:g}" for v, ok, _ in checks if not ok)
-    res: dict[str, Any] = {"level": max(meeting), "reason": f"meets the SLO at {', '.join(f'{v:g}' for v in meeting)}"
-                                          + (f"; misses at {failing}" if failing else "")}
+    res: dict[str, Any] = {
+        "level": max(meeting),
+        "reason": f"meets the SLO at {', '.join(f'{v:g}' for v in meeting)}"
+        + (f"; misses at {failing}" if failing else ""),
+    }
     by = {float(v): s for v, s in zip(values, summaries, strict=True)}
 
     def tput(v: float) -> float | None:

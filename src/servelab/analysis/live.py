@@ -63,14 +63,29 @@ class LiveStats:
         return self
 
     def snapshot(self) -> dict[str, Any]:
-        """These statistics as plain JSON types (the histogram as sparse bucket counts), for another process."""
+        """These statistics as plain JSON types (the histogram as sparse bucket counts), for another
+        process."""
         h = self.ttft_ms
         nz = np.flatnonzero(h.counts)
-        return {"mode": self.mode, "done": self.done, "ok": self.ok, "errors": self.errors,
-                "cancelled": self.cancelled, "warmup": self.warmup, "output_tokens": self.output_tokens,
-                "first_start_ns": self.first_start_ns, "last_end_ns": self.last_end_ns,
-                "ttft_ms": {"buckets": nz.tolist(), "counts": h.counts[nz].tolist(), "n": h.n, "total": h.total,
-                            "min": h.min if h.n else None, "max": h.max if h.n else None}}
+        return {
+            "mode": self.mode,
+            "done": self.done,
+            "ok": self.ok,
+            "errors": self.errors,
+            "cancelled": self.cancelled,
+            "warmup": self.warmup,
+            "output_tokens": self.output_tokens,
+            "first_start_ns": self.first_start_ns,
+            "last_end_ns": self.last_end_ns,
+            "ttft_ms": {
+                "buckets": nz.tolist(),
+                "counts": h.counts[nz].tolist(),
+                "n": h.n,
+                "total": h.total,
+                "min": h.min if h.n else None,
+                "max": h.max if h.n else None,
+            },
+        }
 
     @classmethod
     def from_snapshot(cls, snap: dict[str, Any]) -> LiveStats:

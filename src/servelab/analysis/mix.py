@@ -37,16 +37,26 @@ def _of_class(records: Any, name: str) -> Any:
     return [r for r in records if getattr(r, "mix_class", None) == name]
 
 
-def class_figures(requests: pa.Table | Sequence[RequestRecord], sessions: pa.Table | Sequence[SessionRecord] | None,
-                  config: Any, classes: Sequence[Mapping[str, Any]], *, started_ns: int, ended_ns: int
-                  ) -> dict[str, Any]:
+def class_figures(
+    requests: pa.Table | Sequence[RequestRecord],
+    sessions: pa.Table | Sequence[SessionRecord] | None,
+    config: Any,
+    classes: Sequence[Mapping[str, Any]],
+    *,
+    started_ns: int,
+    ended_ns: int,
+) -> dict[str, Any]:
     """``{class name: figures}`` for each of ``classes`` ({name, workload, tenant, mode, users, rate})."""
     out: dict[str, Any] = {}
     for c in classes:
         name = str(c["name"])
         mine = _of_class(requests, name)
-        s = build_summary(mine, config, started_ns=started_ns, ended_ns=ended_ns, mode=c.get("mode") or "closed")
-        metrics = {m: {k: v for k, v in (s["metrics"].get(m) or {}).items() if k != "ci"} for m in CLASS_METRICS}
+        s = build_summary(
+            mine, config, started_ns=started_ns, ended_ns=ended_ns, mode=c.get("mode") or "closed"
+        )
+        metrics = {
+            m: {k: v for k, v in (s["metrics"].get(m) or {}).items() if k != "ci"} for m in CLASS_METRICS
+        }
         entry: dict[str, Any] = {
             "workload": c.get("workload"), "tenant": c.get("tenant"), "mode": c.get("mode"),
             "users": c.get("users"), "rate": c.get("rate"),
@@ -83,8 +93,15 @@ def interference(mixed: Mapping[str, Any], alone: Mapping[str, Any], name: str, 
             row[p] = {"alone": a, "mixed": x, "delta": None if a is None or x is None else x - a,
                       "ratio": _ratio(x, a)}
         metrics[m] = row
-    return jsonable({
-        "class": name, "with": list(others), "alone_run": alone_run,
-        "requests": {"alone": (alone.get("requests") or {}).get("ok"), "mixed": (mixed.get("requests") or {}).get("ok")},
-        "metrics": metrics,
-    })
+    return jsonable(
+        {
+            "class": name,
+            "with": list(others),
+            "alone_run": alone_run,
+            "requests": {
+                "alone": (alone.get("requests") or {}).get("ok"),
+                "mixed": (mixed.get("requests") or {}).get("ok"),
+            },
+            "metrics": metrics,
+        }
+    )

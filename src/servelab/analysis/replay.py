@@ -60,9 +60,16 @@ def _columns(requests: pa.Table | Sequence[RequestRecord]) -> dict[str, np.ndarr
     return out
 
 
-def replay_summary(requests: pa.Table | Sequence[RequestRecord], *, trace_offsets_ns: Sequence[int] | np.ndarray,
-                   timed: bool, format: str, source: str, trace_prefix_reuse: float | None,
-                   speed: float | None) -> dict[str, Any]:
+def replay_summary(
+    requests: pa.Table | Sequence[RequestRecord],
+    *,
+    trace_offsets_ns: Sequence[int] | np.ndarray,
+    timed: bool,
+    format: str,
+    source: str,
+    trace_prefix_reuse: float | None,
+    speed: float | None,
+) -> dict[str, Any]:
     """The replayed trace's arrivals (the issued units' request offsets) against the achieved sends.
 
     Rates are (n - 1) / span, CVs population std / mean of consecutive gaps, lag the send time minus the

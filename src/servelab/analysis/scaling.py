@@ -3,9 +3,10 @@
     efficiency = observed cluster throughput / (single-node throughput x node count)
 
 1.0 is perfectly linear scaling. It is computed per load level (the same level on both topologies), and for
-each topology's peak against the base at the SAME level (``peak_vs_peak``, across levels, is kept apart). The curve bends at the last node count that still scales: the one
-before the first whose efficiency falls below ``bend_below`` (default 0.8) or, with at least three
-topologies, Kneedle's knee of peak throughput against node count, whichever comes first.
+each topology's peak against the base at the SAME level (``peak_vs_peak``, across levels, is kept apart). The
+curve bends at the last node count that still scales: the one before the first whose efficiency falls below
+``bend_below`` (default 0.8) or, with at least three topologies, Kneedle's knee of peak throughput against
+node count, whichever comes first.
 """
 
 from __future__ import annotations
@@ -105,8 +106,10 @@ def scaling_bend(topologies: Mapping[int, Curve], bend_below: float = 0.8) -> di
     bend = min(cands)
     p = next(p for p in peaks if p["nodes"] == bend)
     nxt = peaks[peaks.index(p) + 1]
-    why = (f"scaling holds to {bend} nodes (efficiency {_pct(p['efficiency'])}); at {nxt['nodes']} nodes it is "
-           f"{_pct(nxt['efficiency'])}")
+    why = (
+        f"scaling holds to {bend} nodes (efficiency {_pct(p['efficiency'])}); at {nxt['nodes']} nodes it is "
+        f"{_pct(nxt['efficiency'])}"
+    )
     if knee_nodes == bend:
         why += " (Kneedle knee of peak throughput against node count)"
     return {"nodes": bend, "efficiency": p["efficiency"], "first_poor": below["nodes"] if below else None,

@@ -30,8 +30,14 @@ GAUGES = ("requests_running", "requests_waiting", "kv_cache_usage", "slots_busy"
           "gpu_memory_used_bytes", "gpu_power_watts", "gpu_sm_clock_mhz")
 FRACTION_GAUGES = frozenset({"kv_cache_usage", "gpu_utilization"})
 MEAN_GAUGES = frozenset({"gpu_sm_clock_mhz"})  # a clock does not add up across GPUs either
-COUNTERS = ("preemptions_total", "prefix_cache_queries_total", "prefix_cache_hits_total", "prompt_tokens_total",
-            "generation_tokens_total", "request_success_total")
+COUNTERS = (
+    "preemptions_total",
+    "prefix_cache_queries_total",
+    "prefix_cache_hits_total",
+    "prompt_tokens_total",
+    "generation_tokens_total",
+    "request_success_total",
+)
 HISTOGRAMS = ("ttft_seconds", "itl_seconds", "queue_time_seconds", "e2e_seconds")
 # Raw names preferred when a server exports several for one canonical metric (current before older).
 PREFER = ("vllm:kv_cache_usage_perc", "vllm:num_preemptions_total", "vllm:prefix_cache_queries_total",
@@ -205,7 +211,10 @@ def summarize_telemetry(cols: dict[str, list[Any]], engine: str | None = None) -
         if s is not None and n:
             hist[h] = {"mean_ms": 1000.0 * s / n, "n": n}
     out["histograms"] = hist
-    q, hits = out["counters"].get("prefix_cache_queries_total"), out["counters"].get("prefix_cache_hits_total")
+    q, hits = (
+        out["counters"].get("prefix_cache_queries_total"),
+        out["counters"].get("prefix_cache_hits_total"),
+    )
     out["prefix_cache_hit_rate"] = (hits / q) if q else None
     out.update(_sim_figures(cols))
     return out
@@ -238,8 +247,12 @@ def token_agreement(server: dict[str, Any], client_output: int, client_input: in
             elif client_cached is not None:
                 mine, row["basis"] = mine - client_cached, "client prompt tokens minus usage cached tokens"
             else:
-                out[key] = {"server": theirs, "client": mine, "relative_difference": None,
-                            "note": "the server's prompt counter excludes cached tokens and no cached count is known"}
+                out[key] = {
+                    "server": theirs,
+                    "client": mine,
+                    "relative_difference": None,
+                    "note": "the server's prompt counter excludes cached tokens and no cached count is known",
+                }
                 continue
         diff = (mine - theirs) / theirs if theirs else None
         out[key] = {"server": theirs, "client": mine, "relative_difference": diff, **row}

@@ -28,7 +28,8 @@ import numpy as np
 MAX_ERROR_RATE = 0.05
 MIN_ACHIEVED_FRACTION = 0.9
 MIN_OPEN_LOOP_SAMPLE = 20  # fewer completions than this: too few to tell offered from achieved
-MIN_SPAN_OVER_LATENCY = 2.0  # open loop: send for at least 2 x the median latency, or it is all ramp and drain
+# open loop: send for at least 2 x the median latency, or it is all ramp and drain
+MIN_SPAN_OVER_LATENCY = 2.0
 
 
 def count_reasons(requests: Mapping[str, Any], unknown: Mapping[str, int]) -> list[str]:
@@ -50,7 +51,8 @@ def lag_reasons(mode: str, lag_p99_ms: float | None, max_lag_p99_ms: float) -> l
     if mode != "open" or lag_p99_ms is None or lag_p99_ms <= max_lag_p99_ms:
         return []
     return [
-        f"schedule lag p99 {lag_p99_ms:.3g} ms exceeds limits.max_lag_p99_ms {max_lag_p99_ms:g} ms: the client "
+        f"schedule lag p99 {lag_p99_ms:.3g} ms exceeds limits.max_lag_p99_ms {max_lag_p99_ms:g} ms: the "
+        "client "
         "sent later than its open-loop schedule, so the offered rate was lower than asked (lower the rate, "
         "send from several processes with --workers N, or raise limits.max_lag_p99_ms)"
     ]
@@ -76,7 +78,9 @@ def runner_reasons(extra: Mapping[str, Any], max_lag_p99_ms: float, records: int
     return out
 
 
-def outcome_reasons(requests: Mapping[str, Any], errors: Mapping[str, Any], max_error_rate: float) -> list[str]:
+def outcome_reasons(
+    requests: Mapping[str, Any], errors: Mapping[str, Any], max_error_rate: float
+) -> list[str]:
     """Nothing measured, nothing succeeded, or too many failures for the latencies to stand for the run."""
     failed = sum(requests["failed"].values())
     attempted = requests["ok"] + failed
@@ -149,7 +153,9 @@ def offered_vs_achieved(intended_ns: np.ndarray, end_ns: np.ndarray) -> dict[str
         done_w = int(((t + lat >= lmed) & (t + lat <= span)).sum())
         if sent_w >= MIN_OPEN_LOOP_SAMPLE:
             out.update(window_fraction=done_w / sent_w, window_sent=sent_w, window_done=done_w)
-    fractions = [out["growth_fraction"]] + ([out["window_fraction"]] if out["window_fraction"] is not None else [])
+    fractions = [out["growth_fraction"]] + (
+        [out["window_fraction"]] if out["window_fraction"] is not None else []
+    )
     out["fraction"] = min(fractions)
     out["achieved_rps"] = offered * out["fraction"]
     return out
@@ -179,9 +185,12 @@ def achieved_reasons(mode: str, load: Mapping[str, Any] | None, min_fraction: fl
     if load["fraction"] >= min_fraction or not _shortfall(load, min_fraction):
         if load["send_span_s"] < MIN_SPAN_OVER_LATENCY * load["median_latency_s"]:
             seen = f"; the measured throughput is {throughput_rps:.3g} req/s" if throughput_rps else ""
-            return [f"open loop at {_rate(load)} sent for only {load['send_span_s']:.3g} s, less "
-                    f"than {MIN_SPAN_OVER_LATENCY:g} x the median latency ({load['median_latency_s']:.3g} s){seen}: "
-                    "the run is mostly ramp-up and drain, never a steady state (send more requests or for longer)"]
+            return [
+                f"open loop at {_rate(load)} sent for only {load['send_span_s']:.3g} s, less "
+                f"than {MIN_SPAN_OVER_LATENCY:g} x the median latency ({load['median_latency_s']:.3g} "
+                f"s){seen}: "
+                "the run is mostly ramp-up and drain, never a steady state (send more requests or for longer)"
+            ]
         return []
     return [f"offered {_rate(load)} but requests completed at {load['achieved_rps']:.3g} "
             f"req/s ({load['fraction']:.0%} < validity.min_achieved_fraction {min_fraction:.0%}): the server "
@@ -196,7 +205,8 @@ def warnings_for(summary: Mapping[str, Any], extra: Mapping[str, Any]) -> list[s
         out.append("no successful measured requests: latency figures are empty")
     if tok["source"] != "usage":
         out.append(
-            f"{tok['estimated']} request(s) had no usage block: their output tokens are the client's count of "
+            f"{tok['estimated']} request(s) had no usage block: their output tokens are the client's count "
+            "of "
             "token chunks (a chunk can carry several tokens), so token figures may be low"
         )
     if tok["mismatch"]:
@@ -221,9 +231,15 @@ def verdict_reasons(cols: Any, config: Any, mode: str, requests: Mapping[str, An
         keep = ~cols.warmup & (cols.status != "cancelled")
         load_check = offered_vs_achieved(cols.t("intended_ns")[keep], cols.t("end_ns")[keep])
         asked = getattr(getattr(config, "load", None), "rate", None)
-        if load_check is not None and asked and getattr(getattr(config, "workload", None), "kind", "") != "replay":
+        if (
+            load_check is not None
+            and asked
+            and getattr(getattr(config, "workload", None), "kind", "") != "replay"
+        ):
             load_check["asked_rps"] = float(asked)
         ends, starts = cols.t("end_ns")[keep], cols.t("intended_ns")[keep]
         base_s = (np.nanmax(ends) - np.nanmin(starts)) / 1e9 if np.isfinite(ends).any() else 0.0
-        reasons += achieved_reasons(mode, load_check, min_frac, requests["ok"] / base_s if base_s > 0 else None)
+        reasons += achieved_reasons(
+            mode, load_check, min_frac, requests["ok"] / base_s if base_s > 0 else None
+        )
     return reasons, load_check

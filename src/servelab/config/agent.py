@@ -76,7 +76,8 @@ class _ActionStep(_Step):
         default=None, gt=0, description="Per-attempt deadline, seconds; a longer attempt counts as a timeout."
     )
     result_tokens: Distribution = Field(
-        default_factory=lambda: Fixed(value=200), description="Size of the result that joins the context, tokens."
+        default_factory=lambda: Fixed(value=200),
+        description="Size of the result that joins the context, tokens.",
     )
     error_tokens: Distribution = Field(
         default_factory=lambda: Fixed(value=40),
@@ -166,19 +167,26 @@ class CorrectionPolicy(Strict):
 class SessionPolicy(Strict):
     retry: RetryPolicy = Field(default_factory=RetryPolicy, description="Retries with backoff.")
     correction: CorrectionPolicy = Field(
-        default_factory=lambda: CorrectionPolicy(enabled=False), description="Correction turns after failures."
+        default_factory=lambda: CorrectionPolicy(enabled=False),
+        description="Correction turns after failures.",
     )
     deadline_s: float | None = Field(
         default=None, gt=0, description="The whole session must finish within this, seconds (else timed_out)."
     )
     give_up_after: int | None = Field(
-        default=None, ge=1, description="Give up (status failed) after this many failed attempts in the session."
+        default=None,
+        ge=1,
+        description="Give up (status failed) after this many failed attempts in the session.",
     )
 
 
 class AcceptanceConfig(Strict):
-    min_tokens: int | None = Field(default=None, ge=0, description="Final output has at least this many tokens.")
-    max_tokens: int | None = Field(default=None, ge=0, description="Final output has at most this many tokens.")
+    min_tokens: int | None = Field(
+        default=None, ge=0, description="Final output has at least this many tokens."
+    )
+    max_tokens: int | None = Field(
+        default=None, ge=0, description="Final output has at most this many tokens."
+    )
     regex: str | None = Field(default=None, description="The final output text must contain a match.")
     valid_json: bool = Field(default=False, description="The final output text must be valid JSON.")
     tool_call_args: bool = Field(
@@ -224,7 +232,8 @@ class LiveConfig(Strict):
         "(drop those calls, keep that answer as the step's output and go on).",
     )
     tool_results: dict[str, LiveTool] = Field(
-        default_factory=dict, description="Per tool name: duration, result size, failures, or a real command/url."
+        default_factory=dict,
+        description="Per tool name: duration, result size, failures, or a real command/url.",
     )
     default_tool: LiveTool = Field(
         default_factory=LiveTool, description="For a called tool not listed in tool_results."
@@ -235,10 +244,16 @@ class LiveConfig(Strict):
     def _openai_tools(cls, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for i, t in enumerate(tools):
             fn = t.get("function")
-            if t.get("type") != "function" or not isinstance(fn, dict) or not isinstance(fn.get("name"), str) \
-                    or not fn["name"]:
-                raise ValueError(f"tools.{i} must be an OpenAI tool: {{type: function, function: {{name: ..., "
-                                 f"parameters: {{...}}}}}}; got {t!r}")
+            if (
+                t.get("type") != "function"
+                or not isinstance(fn, dict)
+                or not isinstance(fn.get("name"), str)
+                or not fn["name"]
+            ):
+                raise ValueError(
+                    f"tools.{i} must be an OpenAI tool: {{type: function, function: {{name: ..., "
+                    f"parameters: {{...}}}}}}; got {t!r}"
+                )
         return tools
 
     @model_validator(mode="after")
@@ -277,7 +292,8 @@ class SessionConfig(Strict):
     )
     live: LiveConfig | None = Field(
         default=None,
-        description="Live mode: model steps send these tools and follow the model's tool calls (None: scripted). "
+        description="Live mode: model steps send these tools and follow the model's tool calls (None: "
+        "scripted). "
         "ignore_eos then defaults to false so the model can stop after a tool call.",
     )
 
@@ -352,6 +368,8 @@ class CostConfig(Strict):
     orchestration_usd_per_session_s: float = Field(
         default=0.0, ge=0, description="Agent runtime cost per second a session runs, USD."
     )
-    failure_usd: float = Field(default=0.0, ge=0, description="Cost of each task that fails or is rejected, USD.")
+    failure_usd: float = Field(
+        default=0.0, ge=0, description="Cost of each task that fails or is rejected, USD."
+    )
     rework_minutes: float = Field(default=0.0, ge=0, description="Human minutes to redo a failed task.")
     rework_hourly_usd: float = Field(default=0.0, ge=0, description="Hourly rate of that human rework, USD.")

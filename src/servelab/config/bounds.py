@@ -1,5 +1,6 @@
 """Sane bounds on what a user can ask for: past these a run overflows 64-bit time or token counts, never
-finishes, or exhausts the machine. Listed in docs/exit-codes.md; a value outside is a config error (exit 2)."""
+finishes, or exhausts the machine. Listed in docs/exit-codes.md; a value outside is a config error (exit
+2)."""
 
 from __future__ import annotations
 
@@ -47,7 +48,9 @@ def check_http_url(url: str) -> str:
         parts = urlsplit(url)
         port = parts.port
     except ValueError as e:
-        raise ValueError(f"{url!r} is not a valid URL ({e}); expected e.g. http://127.0.0.1:8000/v1") from None
+        raise ValueError(
+            f"{url!r} is not a valid URL ({e}); expected e.g. http://127.0.0.1:8000/v1"
+        ) from None
     if not parts.hostname:
         raise ValueError(f"{url!r} names no host; expected e.g. http://127.0.0.1:8000/v1")
     if port == 0:

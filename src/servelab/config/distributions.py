@@ -36,7 +36,9 @@ class Normal(Strict):
     mean: float = Field(ge=0, le=MAX_VALUE, description="Mean.")
     std: float = Field(ge=0, le=MAX_VALUE, description="Standard deviation.")
     min: float = Field(default=0, ge=0, le=MAX_VALUE, description="Samples are clipped to at least this.")
-    max: float | None = Field(default=None, ge=0, le=MAX_VALUE, description="Samples are clipped to at most this.")
+    max: float | None = Field(
+        default=None, ge=0, le=MAX_VALUE, description="Samples are clipped to at most this."
+    )
 
 
 class LogNormal(Strict):
@@ -44,18 +46,24 @@ class LogNormal(Strict):
     median: float = Field(gt=0, le=MAX_VALUE, description="Median of the samples (exp(mu)).")
     sigma: float = Field(ge=0, le=MAX_SIGMA, description="Standard deviation of log(sample).")
     min: float = Field(default=0, ge=0, le=MAX_VALUE, description="Samples are clipped to at least this.")
-    max: float | None = Field(default=None, ge=0, le=MAX_VALUE, description="Samples are clipped to at most this.")
+    max: float | None = Field(
+        default=None, ge=0, le=MAX_VALUE, description="Samples are clipped to at most this."
+    )
 
 
 class Exponential(Strict):
     kind: Literal["exponential"] = "exponential"
     mean: float = Field(gt=0, le=MAX_VALUE, description="Mean of the samples.")
-    max: float | None = Field(default=None, ge=0, le=MAX_VALUE, description="Samples are clipped to at most this.")
+    max: float | None = Field(
+        default=None, ge=0, le=MAX_VALUE, description="Samples are clipped to at most this."
+    )
 
 
 class Empirical(Strict):
     kind: Literal["empirical"] = "empirical"
-    values: list[Annotated[float, Field(le=MAX_VALUE)]] = Field(min_length=1, description="Samples are drawn uniformly from these values.")
+    values: list[Annotated[float, Field(le=MAX_VALUE)]] = Field(
+        min_length=1, description="Samples are drawn uniformly from these values."
+    )
     weights: list[float] | None = Field(default=None, description="Optional relative weight per value.")
 
     @model_validator(mode="after")

@@ -16,7 +16,9 @@ M = TypeVar("M", bound=BaseModel)
 def load_yaml(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(f"config file {str(p)!r} does not exist", hint="pass an existing YAML file to --config")
+        raise ConfigError(
+            f"config file {str(p)!r} does not exist", hint="pass an existing YAML file to --config"
+        )
     try:
         text = p.read_bytes().decode("utf-8")
     except UnicodeDecodeError as e:
@@ -83,8 +85,25 @@ def format_validation_error(err: ValidationError, source: str = "config",
 
 # Pydantic puts the chosen variant's tag into an error's location (workload.agent.profile); users wrote
 # no such key, so tags are dropped when they follow a field that holds a union (or a list item).
-_TAGS = {"fixed", "uniform", "normal", "lognormal", "exponential", "empirical", "requests", "agent", "replay", "model",
-         "tool", "retrieval", "code", "think", "repeat", "gpu_hour", "tokens"}
+_TAGS = {
+    "fixed",
+    "uniform",
+    "normal",
+    "lognormal",
+    "exponential",
+    "empirical",
+    "requests",
+    "agent",
+    "replay",
+    "model",
+    "tool",
+    "retrieval",
+    "code",
+    "think",
+    "repeat",
+    "gpu_hour",
+    "tokens",
+}
 _UNION_FIELDS = {"workload", "input_tokens", "output_tokens", "user_tokens", "duration_s", "result_tokens",
                  "count", "error_tokens", "model"}
 

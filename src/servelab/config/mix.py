@@ -20,17 +20,30 @@ from servelab.errors import ConfigError
 
 
 class MixClassConfig(Strict):
-    workload: str = Field(description="The class's workload: a profile name (`servelab profiles`) or a profile "
-                          "YAML path.")
-    name: str | None = Field(default=None, description="The class's name in records and figures (default: the "
-                             "workload's name; two classes of one workload need names).")
+    workload: str = Field(
+        description="The class's workload: a profile name (`servelab profiles`) or a profile YAML path."
+    )
+    name: str | None = Field(
+        default=None,
+        description="The class's name in records and figures (default: the "
+        "workload's name; two classes of one workload need names).",
+    )
     concurrency: int | None = Field(default=None, ge=1, le=B.MAX_CONCURRENCY, description="Closed loop: "
                                     "concurrent users of this class, each running one session after another.")
-    rate: float | None = Field(default=None, ge=B.MIN_RATE, le=B.MAX_RATE, description="Open loop: new sessions "
-                               "of this class per second (Poisson).")
-    sessions: int | None = Field(default=None, ge=1, le=B.MAX_COUNT, description="Sessions this class starts in "
-                                 "all (default: the first class max(16, 2 x users); the others keep going "
-                                 "until the first class is done).")
+    rate: float | None = Field(
+        default=None,
+        ge=B.MIN_RATE,
+        le=B.MAX_RATE,
+        description="Open loop: new sessions of this class per second (Poisson).",
+    )
+    sessions: int | None = Field(
+        default=None,
+        ge=1,
+        le=B.MAX_COUNT,
+        description="Sessions this class starts in "
+        "all (default: the first class max(16, 2 x users); the others keep going "
+        "until the first class is done).",
+    )
     tenant: str | None = Field(default=None, description="Tenant name recorded with this class's requests "
                                "(default: none).")
     api_key_env: str | None = Field(default=None, description="Name of the environment variable holding this "
@@ -102,9 +115,13 @@ def parse_mix(text: str) -> list[dict[str, Any]]:
             try:
                 r = float(m.group("r").strip())
             except ValueError:
-                raise ConfigError(f"--mix class {t!r}: rate {m.group('r')!r} is not a number", hint=example) from None
+                raise ConfigError(
+                    f"--mix class {t!r}: rate {m.group('r')!r} is not a number", hint=example
+                ) from None
             if not r > 0 or r == float("inf"):
-                raise ConfigError(f"--mix class {t!r}: rate must be a positive number of sessions/s", hint=example)
+                raise ConfigError(
+                    f"--mix class {t!r}: rate must be a positive number of sessions/s", hint=example
+                )
             out.append({"workload": w, "rate": r})
     return out
 

@@ -22,11 +22,22 @@ DEFAULT_CONCURRENCY = 16
 
 
 class TimeoutsConfig(Strict):
-    connect_s: float = Field(default=10.0, gt=0, le=B.MAX_TIMEOUT_S, description="TCP/TLS connect timeout, seconds.")
-    first_token_s: float = Field(default=120.0, gt=0, le=B.MAX_TIMEOUT_S, description="Send to first token, seconds.")
-    total_s: float = Field(default=600.0, gt=0, le=B.MAX_TIMEOUT_S, description="Send to end of response, seconds.")
-    idle_s: float = Field(default=60.0, gt=0, le=86_400, description="Inter-token idle timeout: a stream quiet "
-                          "this long after a token ends as `timeout`, seconds.")
+    connect_s: float = Field(
+        default=10.0, gt=0, le=B.MAX_TIMEOUT_S, description="TCP/TLS connect timeout, seconds."
+    )
+    first_token_s: float = Field(
+        default=120.0, gt=0, le=B.MAX_TIMEOUT_S, description="Send to first token, seconds."
+    )
+    total_s: float = Field(
+        default=600.0, gt=0, le=B.MAX_TIMEOUT_S, description="Send to end of response, seconds."
+    )
+    idle_s: float = Field(
+        default=60.0,
+        gt=0,
+        le=86_400,
+        description="Inter-token idle timeout: a stream quiet "
+        "this long after a token ends as `timeout`, seconds.",
+    )
 
 
 class TargetConfig(Strict):
@@ -90,15 +101,19 @@ class TargetConfig(Strict):
 
 
 class SharedPrefixConfig(Strict):
-    tokens: int = Field(gt=0, le=B.MAX_TOKENS, description="Length of the prefix common to every request of a "
-                        "group, tokens.")
-    groups: int = Field(default=1, ge=1, le=B.MAX_COUNT, description="Number of distinct prefixes (requests spread evenly).")
+    tokens: int = Field(
+        gt=0, le=B.MAX_TOKENS, description="Length of the prefix common to every request of a group, tokens."
+    )
+    groups: int = Field(
+        default=1, ge=1, le=B.MAX_COUNT, description="Number of distinct prefixes (requests spread evenly)."
+    )
 
 
 class WorkloadConfig(Strict):
     kind: Literal["requests"] = Field(default="requests", description="Single-turn requests.")
     input_tokens: Distribution = Field(
-        default_factory=lambda: Fixed(value=1024), description="Prompt length, tokens (beyond any shared prefix)."
+        default_factory=lambda: Fixed(value=1024),
+        description="Prompt length, tokens (beyond any shared prefix).",
     )
     output_tokens: Distribution = Field(
         default_factory=lambda: Fixed(value=256), description="Requested output length (max_tokens), tokens."
@@ -107,7 +122,8 @@ class WorkloadConfig(Strict):
         default=None, description="A prefix of N tokens shared by each of K groups of requests."
     )
     ignore_eos: bool = Field(
-        default=False, description="Ask the server to ignore EOS (and set min_tokens) to force output lengths."
+        default=False,
+        description="Ask the server to ignore EOS (and set min_tokens) to force output lengths.",
     )
     temperature: float = Field(default=0.0, ge=0, le=2, description="Sampling temperature.")
     system_prompt: str | None = Field(default=None, description="Optional system message (chat API).")
@@ -132,8 +148,11 @@ class WorkloadConfig(Strict):
 
 class LoadConfig(Strict):
     concurrency: int | None = Field(
-        default=None, ge=1, le=B.MAX_CONCURRENCY, description="Closed loop: number of users each sending the next request when the "
-        f"last finishes (default {DEFAULT_CONCURRENCY} when no rate is given)."
+        default=None,
+        ge=1,
+        le=B.MAX_CONCURRENCY,
+        description="Closed loop: number of users each sending the next request when the "
+        f"last finishes (default {DEFAULT_CONCURRENCY} when no rate is given).",
     )
     rate: float | None = Field(default=None, ge=B.MIN_RATE, le=B.MAX_RATE,
                                description="Open loop: request rate, requests per second.")
@@ -141,7 +160,10 @@ class LoadConfig(Strict):
         default="poisson", description="Open-loop inter-arrival distribution."
     )
     burstiness: float = Field(
-        default=1.0, ge=B.MIN_BURSTINESS, le=B.MAX_BURSTINESS, description="Gamma shape: 1 is Poisson, below 1 burstier, above 1 smoother."
+        default=1.0,
+        ge=B.MIN_BURSTINESS,
+        le=B.MAX_BURSTINESS,
+        description="Gamma shape: 1 is Poisson, below 1 burstier, above 1 smoother.",
     )
     think_time_s: float = Field(default=0.0, ge=0, le=B.MAX_DURATION_S,
                                 description="Closed loop: pause between a user's requests.")
@@ -170,12 +192,16 @@ class LimitsConfig(Strict):
     )
     duration_s: float | None = Field(default=None, gt=0, le=B.MAX_DURATION_S,
                                      description="Stop sending after this many seconds.")
-    warmup_requests: int = Field(default=0, ge=0, le=B.MAX_COUNT, description="First N requests excluded from "
-                                 "figures.")
+    warmup_requests: int = Field(
+        default=0, ge=0, le=B.MAX_COUNT, description="First N requests excluded from figures."
+    )
     warmup_s: float = Field(default=0.0, ge=0, le=B.MAX_DURATION_S,
                             description="Requests sent in the first S seconds excluded.")
     drain_timeout_s: float = Field(
-        default=60.0, ge=0, le=B.MAX_TIMEOUT_S, description="After the last send, wait this long for requests in flight, then cancel."
+        default=60.0,
+        ge=0,
+        le=B.MAX_TIMEOUT_S,
+        description="After the last send, wait this long for requests in flight, then cancel.",
     )
     max_lag_p99_ms: float = Field(
         default=10.0, gt=0, description="Open loop: schedule lag p99 above this marks the figures invalid."
@@ -196,7 +222,10 @@ class SLOConfig(Strict):
     tpot_ms: float | None = Field(default=None, gt=0, description="Time per output token at most this.")
     e2e_ms: float | None = Field(default=None, gt=0, description="End-to-end latency at most this.")
     percentile: float = Field(
-        default=99, gt=0, le=100, description="The percentile the SLO check applies to (goodput is per request)."
+        default=99,
+        gt=0,
+        le=100,
+        description="The percentile the SLO check applies to (goodput is per request).",
     )
     min_goodput_fraction: float | None = Field(
         default=None, ge=0, le=1, description="servelab run exits 1 when goodput fraction is below this."
@@ -223,20 +252,40 @@ class ReplayWorkloadConfig(Strict):
                       "directory).")
     format: Literal["azure", "mooncake", "claude-code", "mt-bench", "servelab", "jsonl"] = Field(
         description="The trace's format (see docs/traces.md).")
-    speed: float | None = Field(default=None, ge=B.MIN_SPEED, le=B.MAX_SPEED, description="Play the trace this many times faster "
-                                "(2 = twice as fast). Default 1.")
-    rate: float | None = Field(default=None, ge=B.MIN_RATE, le=B.MAX_RATE, description="Compress or stretch time so the mean arrival "
-                               "rate is this, req/s (untimed traces: Poisson session starts at this rate).")
-    start_s: float | None = Field(default=None, ge=0, le=B.MAX_DURATION_S * 1000, description="Window start in the trace, seconds.")
-    duration_s: float | None = Field(default=None, gt=0, le=B.MAX_DURATION_S * 1000, description="Window length in the trace, seconds.")
+    speed: float | None = Field(
+        default=None,
+        ge=B.MIN_SPEED,
+        le=B.MAX_SPEED,
+        description="Play the trace this many times faster (2 = twice as fast). Default 1.",
+    )
+    rate: float | None = Field(
+        default=None,
+        ge=B.MIN_RATE,
+        le=B.MAX_RATE,
+        description="Compress or stretch time so the mean arrival "
+        "rate is this, req/s (untimed traces: Poisson session starts at this rate).",
+    )
+    start_s: float | None = Field(
+        default=None, ge=0, le=B.MAX_DURATION_S * 1000, description="Window start in the trace, seconds."
+    )
+    duration_s: float | None = Field(
+        default=None, gt=0, le=B.MAX_DURATION_S * 1000, description="Window length in the trace, seconds."
+    )
     sample: float | None = Field(default=None, gt=0, le=1, description="Keep this seeded random fraction of "
                                  "the requests (whole sessions), arrival times kept.")
-    max_requests: int | None = Field(default=None, ge=1, le=B.MAX_COUNT, description="Keep at most this many requests (whole "
-                                     "sessions, in time order).")
+    max_requests: int | None = Field(
+        default=None,
+        ge=1,
+        le=B.MAX_COUNT,
+        description="Keep at most this many requests (whole sessions, in time order).",
+    )
     ignore_eos: bool = Field(default=True, description="Force each response to the trace's output length.")
     scale_think: bool = Field(default=True, description="Scale session think times with speed/rate too.")
-    options: dict[str, Any] = Field(default_factory=dict, description="Options for the format's loader "
-                                    "(claude-code: stagger_s; mt-bench: output_tokens; mooncake: block_tokens).")
+    options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Options for the format's loader "
+        "(claude-code: stagger_s; mt-bench: output_tokens; mooncake: block_tokens).",
+    )
 
     @model_validator(mode="after")
     def _one_speed(self) -> ReplayWorkloadConfig:
@@ -268,15 +317,19 @@ class RunConfig(Strict):
     load: LoadConfig = Field(default_factory=LoadConfig, description="When requests are sent.")
     limits: LimitsConfig = Field(default_factory=LimitsConfig, description="When the run stops.")
     slo: SLOConfig = Field(default_factory=SLOConfig, description="Service-level objectives for goodput.")
-    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig, description="Server metrics scraping.")
+    telemetry: TelemetryConfig = Field(
+        default_factory=TelemetryConfig, description="Server metrics scraping."
+    )
     validity: ValidityConfig = Field(default_factory=ValidityConfig, description="When a run's figures are "
                                      "marked INVALID (see docs/exit-codes.md).")
     percentiles: list[float] = Field(
         default_factory=lambda: [50, 90, 95, 99], description="Percentiles reported for every metric."
     )
     mix: list[MixClassConfig] | None = Field(
-        default=None, description="Mixed traffic on one endpoint: workload classes run at once, each with its "
-        "own load and tenant (replaces workload and load; see docs/mixed-traffic.md).")
+        default=None,
+        description="Mixed traffic on one endpoint: workload classes run at once, each with its "
+        "own load and tenant (replaces workload and load; see docs/mixed-traffic.md).",
+    )
     mix_baseline: bool = Field(
         default=True, description="With a mix of two or more classes, also run the first (interactive) class "
         "alone, same seed and load, and report its p95 with and without the others (interference).")

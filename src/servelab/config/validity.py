@@ -17,7 +17,10 @@ class ValidityConfig(Strict):
         "requests are not counted). 0.05 = 5%.",
     )
     min_achieved_fraction: float = Field(
-        default=0.9, ge=0, le=1,
+        default=0.9,
+        ge=0,
+        le=1,
         description="Open loop: completions must keep up with sends; an achieved rate below this fraction of "
-        "the offered rate (beyond noise) marks the run INVALID (docs/exit-codes.md says how both are measured).",
+        "the offered rate (beyond noise) marks the run INVALID (docs/exit-codes.md says how both are "
+        "measured).",
     )
