@@ -32,9 +32,10 @@ LL_TOKENS = 256  # up to this many tokens per GPU, all-to-all uses low-latency k
 A2A_SM_SHARE = 24 / 132
 
 
-# DeepEP low-latency kernels, H800 + 400 Gb/s NICs, hidden 7168, top-8, 128 tokens per GPU (facts/hardware.md):
-# dispatch + combine microseconds by EP size. About a third is fixed (launch, synchronisation), the rest scales
-# with the tokens sent and with the bottleneck link's speed relative to the H800's.
+# DeepEP low-latency kernels, H800 + 400 Gb/s NICs, hidden 7168, top-8, 128 tokens per GPU
+# (facts/hardware.md): dispatch + combine microseconds by EP size. About a third is fixed (launch,
+# synchronisation), the rest scales with the tokens sent and with the bottleneck link's speed relative to the
+# H800's.
 LL_A2A_US = {8: 77 + 114, 16: 118 + 195, 32: 155 + 273, 64: 173 + 314, 128: 192 + 369, 256: 194 + 360}
 LL_FIXED_SHARE = 0.35
 H800_NVLINK_GBPS, H800_NIC_GBPS = 160.0, 50.0  # achieved all-to-all bandwidth in those measurements
@@ -62,7 +63,11 @@ class RooflineCost:
         # FP8/FP4 GEMMs reach a smaller fraction of their (2x/4x) peak than BF16 ones (scaling, conversion).
         self.lp_w = fam.lowp_compute_eff if hw.tflops(d.dtype) > hw.bf16_tflops else 1.0
         self.lp_e = fam.lowp_compute_eff if hw.tflops(d.expert_compute_dtype) > hw.bf16_tflops else 1.0
-        self.wb, self.eb, self.kvb = DTYPE_BYTES[d.dtype], DTYPE_BYTES[d.expert_dtype], DTYPE_BYTES[d.kv_dtype]
+        self.wb, self.eb, self.kvb = (
+            DTYPE_BYTES[d.dtype],
+            DTYPE_BYTES[d.expert_dtype],
+            DTYPE_BYTES[d.kv_dtype],
+        )
         self.step_oh = 0.0  # CPU-side per-step time is the engine profile's (sim/stepcost.EngineStep)
         self.layer_oh = fam.layer_overhead_us * 1e-6
         self.moe_oh = MOE_LAYER_OVERHEAD_US * 1e-6
@@ -101,7 +106,8 @@ class RooflineCost:
 
     # ------------------------------------------------------------------ helpers
     def _eff(self, rows: float) -> float:
-        """GEMM efficiency for ``rows`` tokens per weight matrix: decode-like below 64, prefill-like at 2048+."""
+        """GEMM efficiency for ``rows`` tokens per weight matrix: decode-like below 64, prefill-like at
+        2048+."""
         if rows <= 64:
             return self.dce
         return self.dce + (self.ce - self.dce) * min(1.0, math.log2(rows / 64) / 5)
@@ -124,12 +130,14 @@ class RooflineCost:
             return self.out_lat + 2 * (n - 1) / n * nbytes / (self.out_bw * nics)
         # NVSwitch reduces in the switch (NVLS/SHARP): each GPU sends and receives the buffer once.
         factor = 1.0 if self.switched else 2 * (n - 1) / n
-        return self.up_lat / 3 + factor * nbytes / self.up_bw  # one-shot all-reduce: ~1/3 of an all-to-all phase
+        # one-shot all-reduce: ~1/3 of an all-to-all phase
+        return self.up_lat / 3 + factor * nbytes / self.up_bw
 
     # ------------------------------------------------------------------ one layer, one micro-batch
     def _layer(self, tok: float, ctx_dec: float, n_dec: float, p_tok: float, p_pairs: float, p_ctx: float,
                moe: bool, sliding: bool) -> tuple[float, float, float, float, float]:
-        """(compute_s, memory_s, comm_s, imbalance, a2a_bytes) of one layer for ``tok`` tokens (whole group)."""
+        """(compute_s, memory_s, comm_s, imbalance, a2a_bytes) of one layer for ``tok`` tokens (whole
+        group)."""
         d, m = self.dep, self.m
         tp, attn_tp, attn_dp = d.tp, d.attn_tp, d.attn_dp
         rows = tok / attn_dp
@@ -160,12 +168,16 @@ class RooflineCost:
         comm = self._allreduce(tok * m.hidden * ACT_BYTES, attn_tp)
         imb, a2a = 1.0, 0.0
         if not moe:
-            # Dense FFN: tp-sharded, or with data-parallel attention data-parallel too (each GPU holds the whole
-            # FFN and runs its own tokens, as SGLang and DeepSeek do for DeepSeek's first dense layers): no
-            # all-reduce then, instead of one over the whole (possibly multi-node) group.
+            # Dense FFN: tp-sharded, or with data-parallel attention data-parallel too (each GPU holds the
+            # whole FFN and runs its own tokens, as SGLang and DeepSeek do for DeepSeek's first dense layers):
+            # no all-reduce then, instead of one over the whole (possibly multi-node) group.
             ffn_tp = attn_tp
-            tc, tm = self._roof(2 * m.dense_ffn_params * tok / tp, self.peak_w, self._eff(tok / tp * attn_tp) * self.lp_w,
-                                m.dense_ffn_params * self.wb / ffn_tp)
+            tc, tm = self._roof(
+                2 * m.dense_ffn_params * tok / tp,
+                self.peak_w,
+                self._eff(tok / tp * attn_tp) * self.lp_w,
+                m.dense_ffn_params * self.wb / ffn_tp,
+            )
             c += tc
             mem += tm
             if ffn_tp > 1:
@@ -173,7 +185,9 @@ class RooflineCost:
             return c, mem, comm, imb, a2a
         # MoE: shared experts and router like the projections; routed experts by touched count and load.
         other = m.shared_params + m.router_params
-        tc, tm = self._roof(2 * other * tok / tp, self.peak_w, self._eff(rows) * self.lp_w, other * self.wb / attn_tp)
+        tc, tm = self._roof(
+            2 * other * tok / tp, self.peak_w, self._eff(rows) * self.lp_w, other * self.wb / attn_tp
+        )
         c += tc
         mem += tm
         n = tok * m.top_k
@@ -184,8 +198,12 @@ class RooflineCost:
         per_gpu_experts = min(m.n_experts / ep, touched / ep * self.static_imb)
         rows_e = n / max(touched, 1.0)
         # The slowest EP rank sets the layer: its routed-expert work is ``imb`` times the mean.
-        tc, tm = self._roof(2 * m.expert_params * n / tp * imb, self.peak_e, self._eff(rows_e) * self.moe_ce * self.lp_e,
-                            per_gpu_experts * m.expert_params * self.eb / d.moe_tp)
+        tc, tm = self._roof(
+            2 * m.expert_params * n / tp * imb,
+            self.peak_e,
+            self._eff(rows_e) * self.moe_ce * self.lp_e,
+            per_gpu_experts * m.expert_params * self.eb / d.moe_tp,
+        )
         c += tc
         mem += tm
         if d.moe_tp > 1 or (attn_tp == 1 and ep == 1 and tp > 1):
@@ -195,7 +213,8 @@ class RooflineCost:
             # decode batches, normal for large ones); taking the cheaper keeps the step monotone in work.
             t_ll, b_ll = self._all_to_all(tok, imb, low_latency=True)
             t_nm, b_nm = self._all_to_all(tok, imb, low_latency=False)
-            c_nm = c / (1.0 - A2A_SM_SHARE) if d.overlap else c  # normal kernels take SMs from overlapped work
+            # normal kernels take SMs from overlapped work
+            c_nm = c / (1.0 - A2A_SM_SHARE) if d.overlap else c
             if c + t_ll <= c_nm + t_nm or tok / d.tp <= LL_TOKENS // 4:
                 return c, mem, comm + t_ll, imb, b_ll
             return c_nm, mem, comm + t_nm, imb, b_nm
@@ -221,7 +240,11 @@ class RooflineCost:
         ep = min(max(d.ep, keys[0]), keys[-1])
         lo = max(k for k in keys if k <= ep)
         hi = min(k for k in keys if k >= ep)
-        us = LL_A2A_US[lo] if lo == hi else LL_A2A_US[lo] + (LL_A2A_US[hi] - LL_A2A_US[lo]) * math.log(ep / lo) / math.log(hi / lo)
+        us = (
+            LL_A2A_US[lo]
+            if lo == hi
+            else LL_A2A_US[lo] + (LL_A2A_US[hi] - LL_A2A_US[lo]) * math.log(ep / lo) / math.log(hi / lo)
+        )
         if d.ep <= self.domain:
             ratio = H800_NVLINK_GBPS / (hw.scaleup_gbps / 2 * self.dep.family.comm_eff / 0.9)
         else:
@@ -311,7 +334,8 @@ class RooflineCost:
             a2a += n_layers * la2a * d.pp * mb
             imb = max(imb, limb)
         # LM head for the sampled positions (decode tokens and the last token of each prefill chunk).
-        # With pipeline stages it runs on the last stage, once per micro-batch (reading its weights each time).
+        # With pipeline stages it runs on the last stage, once per micro-batch (reading its weights each
+        # time).
         logits = (n_dec * q + (1 if p_tok else 0)) * f
         tc, tm = self._roof(2 * m.hidden * m.vocab * logits / d.tp, self.peak_a, self._eff(logits),
                             m.hidden * m.vocab * 2 / d.attn_tp)
@@ -321,10 +345,11 @@ class RooflineCost:
             draft = d.spec_tokens * layer_time / max(self.stage_layers * d.pp, 1) * n_dec * q / tok
             layer_time += draft
             c += draft
-        # Pipeline stages: the engine keeps ``mb`` micro-batches in flight across steps (vLLM's virtual engines,
-        # TensorRT-LLM's in-flight batching), so in steady state every stage is busy and each micro-batch
-        # advances one token per trip through all ``pp`` stages: a step of the whole batch takes ``pp`` stage
-        # times of one micro-batch. With fewer sequences than stages (mb < pp) stages idle: still ``pp``.
+        # Pipeline stages: the engine keeps ``mb`` micro-batches in flight across steps (vLLM's virtual
+        # engines, TensorRT-LLM's in-flight batching), so in steady state every stage is busy and each
+        # micro-batch advances one token per trip through all ``pp`` stages: a step of the whole batch takes
+        # ``pp`` stage times of one micro-batch. With fewer sequences than stages (mb < pp) stages idle: still
+        # ``pp``.
         scale = d.pp
         p2p = 0.0
         if d.pp > 1:

@@ -90,7 +90,8 @@ class Deployment:
     @classmethod
     def build(cls, model: str, hardware: str, count: int, *, catalog: Catalog | None = None,
               gpus_per_node: int | None = None, **settings: Any) -> Deployment:
-        """Resolve names in ``catalog`` and validate; ``count`` GPUs split into nodes of the hardware's size."""
+        """Resolve names in ``catalog`` and validate; ``count`` GPUs split into nodes of the hardware's
+        size."""
         cat = catalog or default_catalog()
         m, hw = cat.get_model(model), cat.get_hardware(hardware)
         if count < 1:
@@ -108,9 +109,15 @@ class Deployment:
             p, dn = _parse_pd(d.pd, d.nodes)
             pre = replace(d, pd="", nodes=p).validated()
             replace(d, pd="", nodes=dn).validated()
-            return replace(d, max_model_len=pre.max_model_len, kv_dtype=pre.kv_dtype, max_num_seqs=pre.max_num_seqs,
-                           max_num_batched_tokens=pre.max_num_batched_tokens, profile=pre.profile,
-                           gpu_memory_utilization=pre.gpu_memory_utilization)
+            return replace(
+                d,
+                max_model_len=pre.max_model_len,
+                kv_dtype=pre.kv_dtype,
+                max_num_seqs=pre.max_num_seqs,
+                max_num_batched_tokens=pre.max_num_batched_tokens,
+                profile=pre.profile,
+                gpu_memory_utilization=pre.gpu_memory_utilization,
+            )
         world = d.gpus_per_node * d.nodes
         _check_dtype("dtype", d.dtype)
         prof = engine_profile(d.engine)
@@ -119,7 +126,9 @@ class Deployment:
         _check_dtype("kv_dtype", kv_dtype)
         pp = d.pp
         if pp < 1 or world % pp:
-            raise DeploymentError(f"pp={pp} does not divide {world} GPUs", hint="choose pp dividing the GPU count")
+            raise DeploymentError(
+                f"pp={pp} does not divide {world} GPUs", hint="choose pp dividing the GPU count"
+            )
         tp = d.tp or (world // pp // (d.dp or 1))
         dp = d.dp or max(1, world // (tp * pp))
         if tp < 1 or tp * pp * dp != world:
@@ -129,7 +138,9 @@ class Deployment:
                 hint="make tp*pp*dp equal the GPU count (dp replicas are independent engines)")
         m = d.model
         if d.ep < 1 or tp % d.ep:
-            raise DeploymentError(f"ep={d.ep} must divide tp={tp}", hint="experts are split within a tp group")
+            raise DeploymentError(
+                f"ep={d.ep} must divide tp={tp}", hint="experts are split within a tp group"
+            )
         if d.ep > 1 and (not m.is_moe or m.n_experts % d.ep):
             raise DeploymentError(f"ep={d.ep} needs a MoE model whose expert count divides by it; "
                                   f"{m.name} has {m.n_experts} experts")
@@ -141,30 +152,43 @@ class Deployment:
             raise DeploymentError(f"pp={pp} exceeds the {m.layers} layers of {m.name}")
         mml = d.max_model_len or m.max_position
         if mml > m.max_position:
-            raise DeploymentError(f"max_model_len={mml} exceeds {m.name}'s maximum of {m.max_position} tokens")
+            raise DeploymentError(
+                f"max_model_len={mml} exceeds {m.name}'s maximum of {m.max_position} tokens"
+            )
         if not 0.05 <= d.gpu_memory_utilization <= 1.0:
-            raise DeploymentError(f"gpu_memory_utilization must be in [0.05, 1], got {d.gpu_memory_utilization}")
+            raise DeploymentError(
+                f"gpu_memory_utilization must be in [0.05, 1], got {d.gpu_memory_utilization}"
+            )
         if d.block_size < 1 or d.max_num_seqs < 1:
             raise DeploymentError("block_size and max_num_seqs must be positive")
         if d.max_num_batched_tokens < d.max_num_seqs * (1 + d.spec_tokens):
             raise DeploymentError(
                 f"max_num_batched_tokens={d.max_num_batched_tokens} is below max_num_seqs*(1+spec_tokens)="
-                f"{d.max_num_seqs * (1 + d.spec_tokens)}", hint="raise max_num_batched_tokens or lower max_num_seqs")
+                f"{d.max_num_seqs * (1 + d.spec_tokens)}",
+                hint="raise max_num_batched_tokens or lower max_num_seqs",
+            )
         if not d.chunked_prefill and d.max_num_batched_tokens < mml:
             raise DeploymentError(
-                f"without chunked prefill max_num_batched_tokens ({d.max_num_batched_tokens}) must be at least "
-                f"max_model_len ({mml})", hint="enable_chunked_prefill=true, or lower max_model_len")
+                f"without chunked prefill max_num_batched_tokens ({d.max_num_batched_tokens}) must be at "
+                "least "
+                f"max_model_len ({mml})",
+                hint="enable_chunked_prefill=true, or lower max_model_len",
+            )
         if not (d.slowdown > 0 and math.isfinite(d.slowdown)):
-            raise DeploymentError(f"slowdown={d.slowdown} must be a positive number (a factor on every step's time)",
-                                  hint="use e.g. slowdown=2 for a device twice as slow; 1 = as calibrated")
+            raise DeploymentError(
+                f"slowdown={d.slowdown} must be a positive number (a factor on every step's time)",
+                hint="use e.g. slowdown=2 for a device twice as slow; 1 = as calibrated",
+            )
         if not 0.0 <= d.spec_acceptance <= 1.0 or d.spec_tokens < 0:
             raise DeploymentError("spec_acceptance must be in [0, 1] and spec_tokens >= 0")
         if not (0.0 <= d.jitter < 1.0):
             raise DeploymentError(f"jitter={d.jitter} must be in [0, 1) (sigma of the step-time spread)",
                                   hint="use e.g. jitter=0.02; jitter=0 for exactly repeatable step times")
         if d.cost_backend not in ("auto", "silicon", "roofline"):
-            raise DeploymentError(f"backend={d.cost_backend!r} is not a step-cost backend",
-                                  hint="use backend=auto (silicon where covered, else roofline), silicon or roofline")
+            raise DeploymentError(
+                f"backend={d.cost_backend!r} is not a step-cost backend",
+                hint="use backend=auto (silicon where covered, else roofline), silicon or roofline",
+            )
         out = replace(d, tp=tp, dp=dp, kv_dtype=kv_dtype, max_model_len=mml, profile=prof)
         return replace(out, memory=_plan_memory(out))
 
@@ -187,7 +211,8 @@ class Deployment:
 
     @property
     def sched_max_seqs(self) -> int:
-        """Running-sequence limit of one replica's scheduler (the per-rank limit times the attention ranks)."""
+        """Running-sequence limit of one replica's scheduler (the per-rank limit times the attention
+        ranks)."""
         return self.max_num_seqs * self.attn_dp
 
     @property
@@ -261,7 +286,9 @@ def _engine_defaults(d: Deployment, prof: EngineProfile) -> Deployment:
 
 def _check_dtype(name: str, v: str) -> None:
     if v not in DTYPE_BYTES:
-        raise DeploymentError(f"{name}={v!r} is not a known precision", hint=f"use one of: {', '.join(DTYPE_BYTES)}")
+        raise DeploymentError(
+            f"{name}={v!r} is not a known precision", hint=f"use one of: {', '.join(DTYPE_BYTES)}"
+        )
 
 
 def _parse_pd(pd: str, nodes: int) -> tuple[int, int]:
@@ -284,7 +311,9 @@ def weight_bytes(d: Deployment) -> tuple[float, float]:
     dense = m.dense_ffn_params * wb
     moe_experts = m.n_experts * m.expert_params * eb
     moe_other = (m.shared_params + m.router_params) * wb
-    mtp = (per_layer_attn + (moe_experts + moe_other if m.is_moe else dense)) * (1 if d.spec_tokens and m.mtp_layers else 0)
+    mtp = (per_layer_attn + (moe_experts + moe_other if m.is_moe else dense)) * (
+        1 if d.spec_tokens and m.mtp_layers else 0
+    )
     total = (m.layers * per_layer_attn + m.n_dense_layers * dense + m.n_moe_layers * (moe_experts + moe_other)
              + emb + mtp)
     pp = d.pp
@@ -324,9 +353,12 @@ def _plan_memory(d: Deployment) -> Memory:
     blocks = tokens // d.block_size
     if blocks * d.block_size < d.max_model_len:
         raise DeploymentError(
-            f"{m.name} on {d.world} x {hw.name}: the KV cache holds {blocks * d.block_size:,} tokens, fewer than "
+            f"{m.name} on {d.world} x {hw.name}: the KV cache holds {blocks * d.block_size:,} tokens, "
+            "fewer than "
             f"one sequence of max_model_len={d.max_model_len:,}",
-            hint=f"set max_model_len <= {blocks * d.block_size}, use kv_dtype=fp8, more GPUs, or dp_attention=true")
+            hint=f"set max_model_len <= {blocks * d.block_size}, use kv_dtype=fp8, more GPUs, or "
+            "dp_attention=true",
+        )
     return Memory(weights=per_gpu, activations=acts, sliding_reserve=sliding, usable=usable,
                   kv_bytes_per_token=per_token, kv_tokens=tokens, kv_blocks=blocks, weights_total=total)
 
@@ -334,9 +366,11 @@ def _plan_memory(d: Deployment) -> Memory:
 def _no_fit(d: Deployment, per_gpu: float, total: float, usable: float, reserve: float) -> DeploymentError:
     m, hw = d.model, d.hardware
     have = d.world * hw.hbm_gb * GB  # as sold ("80 GB"); usable memory counts them as GiB
-    msg = (f"{m.name} in {d.dtype.upper()} needs {_fmt(total)} of weights ({_fmt(per_gpu)} on the fullest GPU, "
-           f"plus {_fmt(reserve)} of activations); {d.world} x {hw.name} hold {_fmt(have)} "
-           f"({_fmt(usable)} usable per GPU at gpu_memory_utilization={d.gpu_memory_utilization})")
+    msg = (
+        f"{m.name} in {d.dtype.upper()} needs {_fmt(total)} of weights ({_fmt(per_gpu)} on the fullest GPU, "
+        f"plus {_fmt(reserve)} of activations); {d.world} x {hw.name} hold {_fmt(have)} "
+        f"({_fmt(usable)} usable per GPU at gpu_memory_utilization={d.gpu_memory_utilization})"
+    )
     tips = []
     for dt in ("fp8", "fp4"):
         if DTYPE_BYTES[dt] >= DTYPE_BYTES[d.dtype]:

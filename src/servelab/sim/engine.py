@@ -82,7 +82,27 @@ class _Replica:
 
 def imbalance_buckets(ep: int) -> tuple[float, ...]:
     """Upper bounds of the expert-imbalance histogram: 1 (balanced) up to ``ep`` (all load on one rank)."""
-    steps = (1.0, 1.05, 1.1, 1.2, 1.3, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 32.0, 64.0, 128.0, 256.0)
+    steps = (
+        1.0,
+        1.05,
+        1.1,
+        1.2,
+        1.3,
+        1.5,
+        1.75,
+        2.0,
+        2.5,
+        3.0,
+        4.0,
+        6.0,
+        8.0,
+        12.0,
+        16.0,
+        32.0,
+        64.0,
+        128.0,
+        256.0,
+    )
     return tuple(sorted({x for x in steps if x < ep} | {float(max(ep, 1))}))
 
 
@@ -153,8 +173,15 @@ class Engine:
             req.arrival_ns = now
         plen, mml = len(req.prompt_ids), self.dep.max_model_len
         if plen >= mml or plen == 0 or req.max_tokens < 1:
-            req.error = (f"prompt has {plen} tokens; this model's maximum context length is {mml} tokens"
-                         if plen else "empty prompt") if req.max_tokens >= 1 else "max_tokens must be at least 1"
+            req.error = (
+                (
+                    f"prompt has {plen} tokens; this model's maximum context length is {mml} tokens"
+                    if plen
+                    else "empty prompt"
+                )
+                if req.max_tokens >= 1
+                else "max_tokens must be at least 1"
+            )
             self._resolve(req, "error", now)
             return
         if req.ignore_eos:
@@ -182,7 +209,8 @@ class Engine:
             return 0
         u = (_mix(self.seed ^ salt, req.rid) >> 11) / float(1 << 53)
         z = _ND.inv_cdf(min(max(u, 1e-12), 1 - 1e-12))
-        sig = prof.api_sigma if self.dep.jitter > 0 else 0.0  # jitter=0: every request alike, exactly repeatable
+        # jitter=0: every request alike, exactly repeatable
+        sig = prof.api_sigma if self.dep.jitter > 0 else 0.0
         return int(prof.api_ms * 0.5e6 * math.exp(sig * z - sig * sig / 2))
 
     async def _enqueue_at(self, seq: Seq, due: int) -> None:
@@ -244,7 +272,8 @@ class Engine:
         engine_end, now = now, now + shift
         first = req.first_token_ns if req.first_token_ns is not None else now
         # 0 is a valid virtual time, not "unset"; a step anchored on the engine's timeline (t_free) may start
-        # up to 2 ms before a request that arrived as it began: that request was not waiting before it arrived.
+        # up to 2 ms before a request that arrived as it began: that request was not waiting before it
+        # arrived.
         t_sched = now if s.t_sched is None else max(s.t_sched, req.arrival_ns)
         req.queue_ns = t_sched - req.arrival_ns
         req.prefill_ns = first - t_sched

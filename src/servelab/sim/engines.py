@@ -74,8 +74,10 @@ def engine_profile(spec: str) -> EngineProfile:
     name = {"tensorrt-llm": "trtllm", "tensorrt_llm": "trtllm", "trt-llm": "trtllm"}.get(name, name)
     prof = profiles().get(name)
     if prof is None:
-        raise TargetError(f"unknown serving engine {spec!r} for the simulator",
-                          hint=f"use engine=one of {', '.join(profiles())} (optionally :VERSION, e.g. vllm:0.11)")
+        raise TargetError(
+            f"unknown serving engine {spec!r} for the simulator",
+            hint=f"use engine=one of {', '.join(profiles())} (optionally :VERSION, e.g. vllm:0.11)",
+        )
     if version:
         from dataclasses import replace
         prof = replace(prof, version=version)

@@ -161,7 +161,9 @@ def _coerce(name: str, value: Any, where: str) -> Any:
         out = []
         for s in items:
             if isinstance(s, bool) or not isinstance(s, int):
-                raise ConfigError(f"{where}: error_status: expected an HTTP status or a list of them, got {s!r}")
+                raise ConfigError(
+                    f"{where}: error_status: expected an HTTP status or a list of them, got {s!r}"
+                )
             out.append(s)
         return tuple(out)
     if isinstance(value, bool):
@@ -205,7 +207,9 @@ def load_faults(path: str | Path | None = None, **overrides: Any) -> FaultConfig
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, dict):
-            raise ConfigError(f"faults file {p}: expected a mapping of fault keys, got {type(loaded).__name__}")
+            raise ConfigError(
+                f"faults file {p}: expected a mapping of fault keys, got {type(loaded).__name__}"
+            )
         if set(loaded) == {"faults"} and isinstance(loaded["faults"], dict):
             loaded = loaded["faults"]
         base = dict(loaded)

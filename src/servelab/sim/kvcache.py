@@ -16,7 +16,8 @@ from collections.abc import Sequence
 
 
 def block_hashes(ids: Sequence[int], block_size: int, parent: int = 0, start_block: int = 0) -> list[int]:
-    """Chained hashes of the full blocks of ``ids`` from block ``start_block`` (``parent`` = hash before it)."""
+    """Chained hashes of the full blocks of ``ids`` from block ``start_block`` (``parent`` = hash before
+    it)."""
     out = []
     h = parent
     n_full = len(ids) // block_size
@@ -57,7 +58,8 @@ class KVCache:
         return self.used() / self.capacity if self.capacity else 0.0
 
     def allocate(self, n: int) -> bool:
-        """Take ``n`` anonymous blocks, evicting cached ones if needed; False (and no change) if impossible."""
+        """Take ``n`` anonymous blocks, evicting cached ones if needed; False (and no change) if
+        impossible."""
         if n <= 0:
             return True
         free = self.capacity - self.n_anon - len(self.ref)

@@ -61,7 +61,9 @@ def check_messages(messages: Any) -> list[dict[str, Any]]:
     for i, m in enumerate(messages):
         where = f"messages[{i}]"
         if not isinstance(m, dict):
-            raise BadRequest(f"{where} must be an object with 'role' and 'content', got {_short(m)}", param=where)
+            raise BadRequest(
+                f"{where} must be an object with 'role' and 'content', got {_short(m)}", param=where
+            )
         role = m.get("role")
         if role not in ROLES:
             raise BadRequest(f"{where}.role must be one of {sorted(ROLES)}, got {_short(role)}",
@@ -73,7 +75,11 @@ def check_messages(messages: Any) -> list[dict[str, Any]]:
             raise BadRequest(f"{where}.content must be a string or a list of content parts, "
                              f"got {_short(content)}", param=f"{where}.content")
         for j, part in enumerate(content):
-            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+            if (
+                not isinstance(part, dict)
+                or part.get("type") != "text"
+                or not isinstance(part.get("text"), str)
+            ):
                 raise BadRequest(f"{where}.content[{j}]: the simulator accepts only text parts "
                                  f"({{'type': 'text', 'text': ...}}), got {_short(part)}",
                                  param=f"{where}.content[{j}]")
@@ -120,7 +126,9 @@ def _stops(body: dict[str, Any]) -> tuple[str, ...]:
     if isinstance(v, str):
         v = [v]
     if not isinstance(v, list) or not all(isinstance(s, str) and s for s in v):
-        raise BadRequest(f"'stop' must be a non-empty string or a list of them, got {_short(v)}", param="stop")
+        raise BadRequest(
+            f"'stop' must be a non-empty string or a list of them, got {_short(v)}", param="stop"
+        )
     return tuple(v)
 
 
@@ -153,7 +161,9 @@ def prompt_ids_of(body: dict[str, Any], api: str, tokenize: Callable[[str], list
     if isinstance(prompt, list) and len(prompt) > 1:
         raise BadRequest("batched prompts are not supported by the simulator; send one prompt per request",
                          param="prompt")
-    raise BadRequest(f"'prompt' must be a string or a list of token ids, got {_short(prompt)}", param="prompt")
+    raise BadRequest(
+        f"'prompt' must be a string or a list of token ids, got {_short(prompt)}", param="prompt"
+    )
 
 
 def parse_completion(body: Any, api: str, tokenize: Callable[[str], list[int]], max_model_len: int,
@@ -211,7 +221,9 @@ class ChunkWriter:
         self.api, self.rid, self.created, self.model = api, rid, created, model
         self.include_usage = include_usage
         obj = "chat.completion.chunk" if api == "chat" else "text_completion"
-        head = f'data: {{"id":"{rid}","object":"{obj}","created":{created},"model":'.encode() + orjson.dumps(model)
+        head = f'data: {{"id":"{rid}","object":"{obj}","created":{created},"model":'.encode() + orjson.dumps(
+            model
+        )
         if api == "chat":
             self._head = head + b',"choices":[{"index":0,"delta":{"content":'
             self._tail = b'},"logprobs":null,"finish_reason":null}]'

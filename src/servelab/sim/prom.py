@@ -257,9 +257,12 @@ def _render_sim(p: PromText, stats: Mapping[str, Any], req: RequestMetrics) -> N
             _num(stats, "expert_imbalance", default=1.0))
     snap = stats.get("expert_imbalance_ratio")
     if isinstance(snap, Mapping) and snap.get("buckets"):
-        p.histogram("servelab_sim_expert_imbalance_ratio",
-                    "Per-step expert load imbalance: tokens on the busiest EP rank over the mean (1 = even, at most "
-                    "ep). The slowest rank sets the step.", _hist_from_snapshot(snap))
+        p.histogram(
+            "servelab_sim_expert_imbalance_ratio",
+            "Per-step expert load imbalance: tokens on the busiest EP rank over the mean (1 = even, at most "
+            "ep). The slowest rank sets the step.",
+            _hist_from_snapshot(snap),
+        )
     p.counter("servelab_sim_step_cpu_seconds_total",
               "Engine CPU time per step (scheduling, input preparation) not hidden behind the GPU (seconds).",
               _num(stats, "step_cpu_seconds_total"))
@@ -269,7 +272,8 @@ def _render_sim(p: PromText, stats: Mapping[str, Any], req: RequestMetrics) -> N
 
 
 def _hist_from_snapshot(snap: Mapping[str, Any]) -> Histogram:
-    """A :class:`Histogram` from the engine's snapshot (bounds, cumulative counts with +Inf last, sum, count)."""
+    """A :class:`Histogram` from the engine's snapshot (bounds, cumulative counts with +Inf last, sum,
+    count)."""
     h = Histogram(snap["buckets"])
     prev = 0
     for i, c in enumerate(snap["cumulative_counts"]):

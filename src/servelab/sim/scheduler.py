@@ -82,10 +82,19 @@ class Batch:
 class Scheduler:
     """Admission, batching, KV blocks and preemption; the engine times the steps."""
 
-    def __init__(self, kv: KVCache, *, max_num_seqs: int, max_num_batched_tokens: int, chunked_prefill: bool = True,
-                 spec_tokens: int = 0, spec_acceptance: float = 0.0, seed: int = 0,
-                 on_finish: Callable[[Seq, int], None] | None = None,
-                 on_prefilled: Callable[[Seq, int], bool] | None = None) -> None:
+    def __init__(
+        self,
+        kv: KVCache,
+        *,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        chunked_prefill: bool = True,
+        spec_tokens: int = 0,
+        spec_acceptance: float = 0.0,
+        seed: int = 0,
+        on_finish: Callable[[Seq, int], None] | None = None,
+        on_prefilled: Callable[[Seq, int], bool] | None = None,
+    ) -> None:
         self.kv = kv
         self.bs = kv.block_size
         self.max_num_seqs = max_num_seqs

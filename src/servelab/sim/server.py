@@ -1,9 +1,9 @@
 """The simulator's OpenAI-compatible HTTP front (aiohttp), with fault injection.
 
 Routes: ``POST /v1/chat/completions`` and ``/v1/completions`` (streamed as SSE or not; usage with cached
-tokens; ``ignore_eos``, ``min_tokens``, ``max_tokens``/``max_completion_tokens``, ``stop``), ``GET /v1/models``,
-``POST /tokenize`` (vLLM and llama.cpp bodies), ``POST /detokenize``, ``GET /health``, ``GET /version``,
-``GET /metrics`` (Prometheus text, vLLM names plus ``servelab_sim_*``).
+tokens; ``ignore_eos``, ``min_tokens``, ``max_tokens``/``max_completion_tokens``, ``stop``), ``GET
+/v1/models``, ``POST /tokenize`` (vLLM and llama.cpp bodies), ``POST /detokenize``, ``GET /health``, ``GET
+/version``, ``GET /metrics`` (Prometheus text, vLLM names plus ``servelab_sim_*``).
 
 The engine runs on the event loop of the server, on the wall clock. Generated text is the tokenizer's
 deterministic filler (one word per token). A client that goes away aborts its request in the engine.
@@ -256,7 +256,9 @@ class SimServer:
             return True
         return False
 
-    async def _stream(self, request: web.Request, p: Parsed, gen: _Gen, plan: FaultPlan) -> web.StreamResponse:
+    async def _stream(
+        self, request: web.Request, p: Parsed, gen: _Gen, plan: FaultPlan
+    ) -> web.StreamResponse:
         rid = f"{'chatcmpl' if p.api == 'chat' else 'cmpl'}-{gen.req.rid}"
         cw = ChunkWriter(p.api, rid, self._created(), self.model_name, p.include_usage)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
@@ -351,7 +353,9 @@ class SimServer:
         try:
             body = await self._body(request)
             ids = body.get("tokens") if isinstance(body, dict) else None
-            if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+            if not isinstance(ids, list) or not all(
+                isinstance(t, int) and not isinstance(t, bool) for t in ids
+            ):
                 raise BadRequest("expected {'tokens': [int, ...]}", param="tokens")
         except BadRequest as e:
             return self._error(e.message, e.status, e.kind, e.param)
@@ -466,8 +470,10 @@ async def start_server(engine: Any, deployment: Any, *, host: str = "127.0.0.1",
         await site.start()
     except OSError as e:
         await runner.cleanup()
-        raise ConfigError(f"cannot listen on {host}:{port} ({e.strerror or e})",
-                          hint="choose another --port (0 picks a free one) or stop the process using it") from e
+        raise ConfigError(
+            f"cannot listen on {host}:{port} ({e.strerror or e})",
+            hint="choose another --port (0 picks a free one) or stop the process using it",
+        ) from e
     bound = port
     server = getattr(site, "_server", None)
     if server is not None and server.sockets:

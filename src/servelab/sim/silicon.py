@@ -80,7 +80,9 @@ def _moe_dtype(dep: Deployment) -> str:
         return _dtype(dep, "expert_dtype")
     if dep.model.ffn.get("expert_dtype") == "fp4":  # MXFP4 checkpoint (gpt-oss)
         if dep.hardware.fp4_tflops:
-            return "w4a8_mxfp4_mxfp8_trtllm" if dep.profile and dep.profile.name == "trtllm" else "w4a16_mxfp4"
+            return (
+                "w4a8_mxfp4_mxfp8_trtllm" if dep.profile and dep.profile.name == "trtllm" else "w4a16_mxfp4"
+            )
         return "w4a16_mxfp4"
     return "nvfp4" if dep.hardware.fp4_tflops else "w4afp8"
 
@@ -90,9 +92,15 @@ def engine_config(dep: Deployment) -> dict:
     eng = dep.profile.name if dep.profile else dep.engine.split(":")[0]
     attn_dp = dep.attn_dp
     cfg = {
-        "schema_version": 1, "model_name": MODEL_PATHS[dep.model.name], "system_name": SYSTEMS[dep.hardware.name],
-        "backend": eng, "backend_version": None, "tp_size": dep.attn_tp, "pp_size": dep.pp,
-        "attention_dp_size": attn_dp, "weight_dtype": _dtype(dep, "dtype"),
+        "schema_version": 1,
+        "model_name": MODEL_PATHS[dep.model.name],
+        "system_name": SYSTEMS[dep.hardware.name],
+        "backend": eng,
+        "backend_version": None,
+        "tp_size": dep.attn_tp,
+        "pp_size": dep.pp,
+        "attention_dp_size": attn_dp,
+        "weight_dtype": _dtype(dep, "dtype"),
         "kv_cache_dtype": "fp8" if dep.kv_dtype == "fp8" else "bfloat16",
         "activation_dtype": "fp8" if dep.kv_dtype == "fp8" else "bfloat16",  # attention (FMHA) precision
     }
@@ -129,7 +137,9 @@ class SiliconCost:
         self.dep, self.roof = dep, roofline
         # AIConfigurator's MoE kernels were measured with uniform routing; the step of a skewed deployment
         # is stretched by the roofline's ratio of skewed to balanced time (the slowest EP rank sets it).
-        self.balanced = RooflineCost(replace(dep, expert_skew=0.0)) if dep.model.is_moe and dep.ep > 1 else None
+        self.balanced = (
+            RooflineCost(replace(dep, expert_skew=0.0)) if dep.model.is_moe and dep.ep > 1 else None
+        )
         self.config = engine_config(dep)
         self.model = RustForwardPassPerfModel.from_native(self.config)
         self.ranks = dep.attn_dp

@@ -114,9 +114,15 @@ def fidelity(dep: Deployment, backend: str) -> dict[str, Any]:
     fam = dep.family.name
     moe = dep.model.is_moe
     if fam.startswith(("amd", "tpu")):
-        cls, note = "unvalidated", "roofline priors; no published result for this family is in the fidelity set"
+        cls, note = (
+            "unvalidated",
+            "roofline priors; no published result for this family is in the fidelity set",
+        )
     elif backend == "silicon":
-        cls, note = "silicon", "step costs from AIConfigurator's measured kernels; scheduler and overheads are servelab's"
+        cls, note = (
+            "silicon",
+            "step costs from AIConfigurator's measured kernels; scheduler and overheads are servelab's",
+        )
     elif fam == "nvidia-hopper" and not moe:
         cls, note = "calibrated", "roofline fitted on dense Hopper results"
     elif fam == "nvidia-hopper":
@@ -135,4 +141,9 @@ def simulator_facts(dep: Deployment) -> dict[str, Any]:
 
     backend = "roofline" if dep.cost_backend == "roofline" or coverage(dep) is not None else "silicon"
     f = fidelity(dep, backend)
-    return {"backend": backend, "fidelity": f["class"], "fidelity_note": f["note"], "serving_engine": dep.engine}
+    return {
+        "backend": backend,
+        "fidelity": f["class"],
+        "fidelity_note": f["note"],
+        "serving_engine": dep.engine,
+    }

@@ -1,8 +1,9 @@
 """Parse simulator target specs into a :class:`Deployment`.
 
 * ``sim`` - the small default (sim-tiny on one H100): simulates fast.
-* ``sim:MODEL@COUNTxHARDWARE[,key=value,...]`` - e.g. ``sim:deepseek-v3@8xh200,dtype=fp8,ep=8,dp_attention=true``;
-  ``sim:llama-3.1-70b@2x8xh100,tp=8,pp=2`` means 2 nodes of 8 GPUs.
+* ``sim:MODEL@COUNTxHARDWARE[,key=value,...]`` - e.g.
+  ``sim:deepseek-v3@8xh200,dtype=fp8,ep=8,dp_attention=true``; ``sim:llama-3.1-70b@2x8xh100,tp=8,pp=2`` means
+  2 nodes of 8 GPUs.
 * ``sim:FILE.yaml`` - a YAML mapping with ``model``, ``hardware``, ``gpus`` (or ``nodes`` and
   ``gpus_per_node``), any setting below, and optionally ``catalog:`` (extra catalog files).
 
@@ -38,20 +39,40 @@ def _bool(v: str) -> bool:
 
 
 _KEYS: dict[str, tuple[str, Callable[[Any], Any]]] = {
-    "tp": ("tp", int), "pp": ("pp", int), "dp": ("dp", int), "ep": ("ep", int),
-    "dp_attention": ("dp_attention", _bool), "dtype": ("dtype", str.lower), "kv_dtype": ("kv_dtype", str.lower),
-    "gpu_memory_utilization": ("gpu_memory_utilization", float), "max_num_seqs": ("max_num_seqs", int),
-    "max_num_batched_tokens": ("max_num_batched_tokens", int), "max_model_len": ("max_model_len", int),
-    "block_size": ("block_size", int), "prefix_caching": ("prefix_caching", _bool),
-    "enable_prefix_caching": ("prefix_caching", _bool), "chunked_prefill": ("chunked_prefill", _bool),
-    "enable_chunked_prefill": ("chunked_prefill", _bool), "overlap": ("overlap", _bool),
-    "two_batch_overlap": ("overlap", _bool), "eplb": ("eplb", _bool), "expert_skew": ("expert_skew", float),
-    "spec_tokens": ("spec_tokens", int), "mtp": ("spec_tokens", int), "spec_acceptance": ("spec_acceptance", float),
-    "pd": ("pd", str), "disagg": ("pd", str), "natural_median": ("natural_median", int),
-    "natural_sigma": ("natural_sigma", float), "gpus_per_node": ("gpus_per_node", int),
+    "tp": ("tp", int),
+    "pp": ("pp", int),
+    "dp": ("dp", int),
+    "ep": ("ep", int),
+    "dp_attention": ("dp_attention", _bool),
+    "dtype": ("dtype", str.lower),
+    "kv_dtype": ("kv_dtype", str.lower),
+    "gpu_memory_utilization": ("gpu_memory_utilization", float),
+    "max_num_seqs": ("max_num_seqs", int),
+    "max_num_batched_tokens": ("max_num_batched_tokens", int),
+    "max_model_len": ("max_model_len", int),
+    "block_size": ("block_size", int),
+    "prefix_caching": ("prefix_caching", _bool),
+    "enable_prefix_caching": ("prefix_caching", _bool),
+    "chunked_prefill": ("chunked_prefill", _bool),
+    "enable_chunked_prefill": ("chunked_prefill", _bool),
+    "overlap": ("overlap", _bool),
+    "two_batch_overlap": ("overlap", _bool),
+    "eplb": ("eplb", _bool),
+    "expert_skew": ("expert_skew", float),
+    "spec_tokens": ("spec_tokens", int),
+    "mtp": ("spec_tokens", int),
+    "spec_acceptance": ("spec_acceptance", float),
+    "pd": ("pd", str),
+    "disagg": ("pd", str),
+    "natural_median": ("natural_median", int),
+    "natural_sigma": ("natural_sigma", float),
+    "gpus_per_node": ("gpus_per_node", int),
     "slowdown": ("slowdown", float),
-    "engine": ("engine", str.lower), "backend": ("cost_backend", str.lower), "cost": ("cost_backend", str.lower),
-    "jitter": ("jitter", float), "async_scheduling": ("async_scheduling", _bool),
+    "engine": ("engine", str.lower),
+    "backend": ("cost_backend", str.lower),
+    "cost": ("cost_backend", str.lower),
+    "jitter": ("jitter", float),
+    "async_scheduling": ("async_scheduling", _bool),
 }
 
 _SPEC = re.compile(r"^(?P<model>[^@,]+)@(?:(?P<nodes>\d+)x)?(?P<count>\d+)x(?P<hw>[^,]+)$", re.IGNORECASE)
@@ -77,7 +98,8 @@ def _settings(pairs: dict[str, Any], where: str) -> dict[str, Any]:
 
 
 def parse_sim_target(spec: str, catalog: Catalog | None = None) -> Deployment:
-    """``"sim"``, ``"sim:MODEL@[NODESx]COUNTxHW[,k=v...]"`` or ``"sim:FILE.yaml"`` -> a validated Deployment."""
+    """``"sim"``, ``"sim:MODEL@[NODESx]COUNTxHW[,k=v...]"`` or ``"sim:FILE.yaml"`` -> a validated
+    Deployment."""
     s = spec.strip()
     if s.lower() == "sim":
         s = DEFAULT_SPEC
@@ -106,15 +128,19 @@ def parse_sim_target(spec: str, catalog: Catalog | None = None) -> Deployment:
     gpn = settings.pop("gpus_per_node", None)
     if nodes is not None:
         gpn, count = count, nodes * count
-    return Deployment.build(m["model"], m["hw"].strip(), count, catalog=catalog, gpus_per_node=gpn, **settings)
+    return Deployment.build(
+        m["model"], m["hw"].strip(), count, catalog=catalog, gpus_per_node=gpn, **settings
+    )
 
 
 def _from_file(path: Path, catalog: Catalog | None) -> Deployment:
     try:
         data = yaml.safe_load(path.read_bytes().decode("utf-8"))
     except UnicodeDecodeError as exc:
-        raise TargetError(f"simulator target file {path} is not UTF-8 text ({exc.reason} at byte {exc.start})",
-                          hint="save it as UTF-8") from None
+        raise TargetError(
+            f"simulator target file {path} is not UTF-8 text ({exc.reason} at byte {exc.start})",
+            hint="save it as UTF-8",
+        ) from None
     except OSError as exc:
         raise TargetError(f"cannot read simulator target file {path}: {exc}") from exc
     except yaml.YAMLError as exc:

@@ -85,8 +85,9 @@ def filler_ids(n_tokens: int, seed: int = 0, vocab: int = DEFAULT_VOCAB) -> np.n
 
 
 class IncrementalTokenizer:
-    """``tokenize`` for texts that extend an earlier one under the same key (a conversation re-sent every turn):
-    only the new suffix is split and looked up. Bounded: the ``max_keys`` most recently used keys are kept.
+    """``tokenize`` for texts that extend an earlier one under the same key (a conversation re-sent every
+    turn): only the new suffix is split and looked up. Bounded: the ``max_keys`` most recently used keys are
+    kept.
 
     A suffix is tokenized on its own only when the cut falls on whitespace (then ``tokenize(old + new) ==
     tokenize(old) + tokenize(new)`` exactly); otherwise the whole text is tokenized again.

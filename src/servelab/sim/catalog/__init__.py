@@ -107,7 +107,13 @@ class ModelSpec:
         if kind == "mla":
             heads, qr, kvr = a["heads"], a["q_lora_rank"], a["kv_lora_rank"]
             nope, rope, vd = a["qk_nope_head_dim"], a["qk_rope_head_dim"], a["v_head_dim"]
-            attn = h * qr + qr * heads * (nope + rope) + h * (kvr + rope) + kvr * heads * (nope + vd) + heads * vd * h
+            attn = (
+                h * qr
+                + qr * heads * (nope + rope)
+                + h * (kvr + rope)
+                + kvr * heads * (nope + vd)
+                + heads * vd * h
+            )
             kv_values = kvr + rope
             core = (kvr + rope) + kvr  # absorbed MLA: scores over the latent+rope, values over the latent
         else:
@@ -122,7 +128,11 @@ class ModelSpec:
         s(self, "attn_params", attn)
         s(self, "dense_ffn_params", 3 * h * dense_inter)
         s(self, "expert_params", 3 * h * f.get("expert_intermediate", 0) if moe else 0)
-        s(self, "shared_params", 3 * h * f.get("expert_intermediate", 0) * f.get("shared_experts", 0) if moe else 0)
+        s(
+            self,
+            "shared_params",
+            3 * h * f.get("expert_intermediate", 0) * f.get("shared_experts", 0) if moe else 0,
+        )
         s(self, "router_params", h * f.get("experts", 0) if moe else 0)
         s(self, "embed_params", self.vocab * h * (1 if self.tie_embeddings else 2))
         s(self, "n_dense_layers", n_dense)
@@ -154,19 +164,37 @@ class ModelSpec:
 
     def total_params(self) -> int:
         """Parameters of the main model (MTP modules excluded), from the shapes."""
-        moe = self.n_moe_layers * (self.n_experts * self.expert_params + self.shared_params + self.router_params)
-        return self.layers * self.attn_params + self.n_dense_layers * self.dense_ffn_params + moe + self.embed_params
+        moe = self.n_moe_layers * (
+            self.n_experts * self.expert_params + self.shared_params + self.router_params
+        )
+        return (
+            self.layers * self.attn_params
+            + self.n_dense_layers * self.dense_ffn_params
+            + moe
+            + self.embed_params
+        )
 
     def active_params(self) -> int:
         moe = self.n_moe_layers * (self.top_k * self.expert_params + self.shared_params + self.router_params)
-        return self.layers * self.attn_params + self.n_dense_layers * self.dense_ffn_params + moe + self.embed_params
+        return (
+            self.layers * self.attn_params
+            + self.n_dense_layers * self.dense_ffn_params
+            + moe
+            + self.embed_params
+        )
 
     def facts(self) -> dict[str, Any]:
         return {
-            "name": self.name, "layers": self.layers, "hidden": self.hidden, "attention": self.attention["kind"],
-            "moe": self.is_moe, "experts": self.n_experts, "top_k": self.top_k,
+            "name": self.name,
+            "layers": self.layers,
+            "hidden": self.hidden,
+            "attention": self.attention["kind"],
+            "moe": self.is_moe,
+            "experts": self.n_experts,
+            "top_k": self.top_k,
             "total_params_b": round(self.total_params() / 1e9, 2),
-            "active_params_b": round(self.active_params() / 1e9, 2), "source": self.source,
+            "active_params_b": round(self.active_params() / 1e9, 2),
+            "source": self.source,
         }
 
 
@@ -231,7 +259,14 @@ def _num(v: Any, where: str, *, allow_none: bool = False) -> float | None:
 
 
 def _parse_family(name: str, e: dict[str, Any], where: str) -> Family:
-    keys = ("compute_eff", "decode_compute_eff", "mem_eff", "comm_eff", "step_overhead_us", "layer_overhead_us")
+    keys = (
+        "compute_eff",
+        "decode_compute_eff",
+        "mem_eff",
+        "comm_eff",
+        "step_overhead_us",
+        "layer_overhead_us",
+    )
     _require(e, keys, where)
     vals = {k: _num(e[k], f"{where}.{k}") for k in keys}
     for opt in ("moe_compute_eff", "lowp_compute_eff"):
@@ -246,9 +281,13 @@ _HW_NUM = ("bf16_tflops", "hbm_gb", "hbm_tbps", "scaleup_gbps", "scaleup_latency
 def _parse_hw(e: dict[str, Any], where: str, families: dict[str, Family]) -> Hardware:
     _require(e, ("name", "family", *_HW_NUM, "scaleup_topology", "domain_size", "source"), where)
     if e["family"] not in families:
-        raise TargetError(f"{where}: unknown family {e['family']!r}", hint=f"use one of: {', '.join(families)}")
+        raise TargetError(
+            f"{where}: unknown family {e['family']!r}", hint=f"use one of: {', '.join(families)}"
+        )
     if e["scaleup_topology"] not in TOPOLOGIES:
-        raise TargetError(f"{where}.scaleup_topology: expected one of {TOPOLOGIES}, got {e['scaleup_topology']!r}")
+        raise TargetError(
+            f"{where}.scaleup_topology: expected one of {TOPOLOGIES}, got {e['scaleup_topology']!r}"
+        )
     nums = {k: _num(e[k], f"{where}.{k}") for k in _HW_NUM}
     domain = int(e["domain_size"])
     return Hardware(
@@ -277,10 +316,18 @@ def _parse_model(e: dict[str, Any], where: str) -> ModelSpec:
     for k in ("layers", "hidden", "vocab", "max_position"):
         _num(e[k], f"{where}.{k}")
     return ModelSpec(
-        name=str(e["name"]), layers=int(e["layers"]), hidden=int(e["hidden"]), vocab=int(e["vocab"]),
-        max_position=int(e["max_position"]), attention=dict(a), ffn=dict(f), source=str(e["source"]),
-        params_b=e.get("params_b"), mtp_layers=int(e.get("mtp_layers", 0)),
-        tie_embeddings=bool(e.get("tie_embeddings", False)), aliases=tuple(str(x) for x in e.get("aliases", ())),
+        name=str(e["name"]),
+        layers=int(e["layers"]),
+        hidden=int(e["hidden"]),
+        vocab=int(e["vocab"]),
+        max_position=int(e["max_position"]),
+        attention=dict(a),
+        ffn=dict(f),
+        source=str(e["source"]),
+        params_b=e.get("params_b"),
+        mtp_layers=int(e.get("mtp_layers", 0)),
+        tie_embeddings=bool(e.get("tie_embeddings", False)),
+        aliases=tuple(str(x) for x in e.get("aliases", ())),
     )
 
 
@@ -292,7 +339,9 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     except yaml.YAMLError as exc:
         raise TargetError(f"simulator catalog {path} is not valid YAML: {exc}") from exc
     if not isinstance(data, dict):
-        raise TargetError(f"simulator catalog {path}: expected a mapping with hardware:, models: or families:")
+        raise TargetError(
+            f"simulator catalog {path}: expected a mapping with hardware:, models: or families:"
+        )
     return data
 
 
