@@ -22,6 +22,12 @@ app = typer.Typer(help="Config files: write a commented starting file, print eve
 _EXTRA_FLAGS = {"target.headers": ["--header"], "workload.profile": ["--profile"],
                 "cost.model.gpu_hour_usd": ["--gpu-hour-usd"], "cost.model.gpus": ["--gpus"],
                 "target.allow_over_context": ["--allow-over-context"], "mix": ["--mix"]}
+# `servelab replay`'s own flags, which set keys of the replay workload (kind: replay) only.
+_REPLAY_FLAGS = {"workload.path": "TRACE (argument)", "workload.format": "--format", "workload.speed": "--speed",
+                 "workload.rate": "--rate",
+                 "workload.start_s": "--start", "workload.duration_s": "--duration",
+                 "workload.sample": "--sample", "workload.max_requests": "--max-requests",
+                 "workload.options": "--option", "workload.ignore_eos": "--no-ignore-eos"}
 # Sections whose inner keys are documented elsewhere (agent sessions: docs/profiles.md).
 _NOT_WALKED = {"workload.session"}
 
@@ -93,6 +99,10 @@ def rows(model: type[BaseModel] = None, prefix: str = "", depth: int = 0) -> lis
             if tag:
                 for r in inner:
                     r["description"] = f"[{path}{tag}] {r['description']}"
+            if kind is not None and kind.default == "replay":
+                for r in inner:
+                    if r["key"] in _REPLAY_FLAGS:
+                        r["flags"] = f"replay {_REPLAY_FLAGS[r['key']]}"
             out += inner
     first: dict[tuple[str, str], dict[str, Any]] = {}  # each (key, description) once, where it first appears
     for r in out:

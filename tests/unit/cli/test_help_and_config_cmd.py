@@ -60,6 +60,14 @@ def test_the_doc_lists_every_key_with_its_flag():
     assert all(r["description"] for r in rows()), [r["key"] for r in rows() if not r["description"]]
 
 
+def test_the_doc_names_replay_flags_on_the_replay_workload_keys():
+    replay = {r["key"]: r["flags"] for r in rows() if "(kind: replay)" in r["description"]}
+    assert replay["workload.speed"] == "replay --speed" and replay["workload.start_s"] == "replay --start"
+    assert replay["workload.ignore_eos"] == "replay --no-ignore-eos"
+    requests = {r["key"]: r["flags"] for r in rows() if "(kind: requests)" in r["description"]}
+    assert requests["workload.ignore_eos"] == "--ignore-eos"
+
+
 def test_config_init_writes_a_file_that_validates_and_refuses_to_overwrite(tmp_path, capsys):
     p = tmp_path / "run.yaml"
     assert main(["config", "init", str(p)]) == 0
