@@ -17,7 +17,15 @@ import numpy as np
 import orjson
 
 from servelab.analysis.columns import Columns, as_columns
-from servelab.analysis.metrics import LoadMode, latency_start, metric_values, output_tokens, scope_mask
+from servelab.analysis.metrics import (
+    LoadMode,
+    latency_start,
+    lower_is_better,
+    metric_values,
+    output_tokens,
+    scope_mask,
+    unit_of,
+)
 from servelab.analysis.stats import RateSample, bootstrap_diff_ci, rate_diff_ci
 from servelab.errors import ComparisonError, ConfigError
 from servelab.records.schema import CANCELLED
@@ -260,9 +268,10 @@ def rate_inputs(s: Mapping[str, np.ndarray], what: str = "req_tokens") -> RateSa
     return RateSample(np.asarray(s[what], dtype=float), np.maximum(busy, 0.0), float(fe.max() - fs.min()), closed)
 
 
-def _verdict(ci: Mapping[str, float | None], lower_is_better: bool, n: tuple[int, int], *,
+def _verdict(ci: Mapping[str, float | None], metric: str, n: tuple[int, int], *,
              noise_floor: float = 0.0, min_n: int = 10) -> str:
-    """better / worse / within noise / too few samples, for B against A.
+    """better / worse / within noise / too few samples, for B against A on ``metric`` (its direction from
+    :mod:`servelab.analysis.metrics`).
 
     ``within noise``: the interval contains 0, or the difference is inside the practical-significance floor
     (``|rel| <= noise_floor``) however narrow its interval (deterministic simulator runs have zero-width
@@ -274,11 +283,12 @@ def _verdict(ci: Mapping[str, float | None], lower_is_better: bool, n: tuple[int
     if diff == 0 or (rel is not None and abs(rel) <= noise_floor) or lo <= 0 <= hi:
         return "within noise"
     b_higher = lo > 0
-    return "worse" if b_higher == lower_is_better else "better"
+    return "worse" if b_higher == lower_is_better(metric) else "better"
 
 
-def _rate_row(figure: str, unit: str, sa: Mapping[str, np.ndarray], sb: Mapping[str, np.ndarray], what: str,
-              resamples: int, seed: int, noise_floor: float) -> dict[str, Any]:
+def _rate_row(figure: str, metric: str, sa: Mapping[str, np.ndarray], sb: Mapping[str, np.ndarray],
+              what: str, resamples: int, seed: int, noise_floor: float) -> dict[str, Any]:
+    unit = unit_of(metric)
     ra, rb = rate_inputs(sa, what), rate_inputs(sb, what)
     n = (0 if ra is None else ra.tokens.size, 0 if rb is None else rb.tokens.size)
     row: dict[str, Any] = {"figure": figure, "unit": unit, "a": None if ra is None else ra.rate,
@@ -290,7 +300,7 @@ def _rate_row(figure: str, unit: str, sa: Mapping[str, np.ndarray], sb: Mapping[
     rng = np.random.default_rng(seed)
     ci = rate_diff_ci(ra, rb, resamples=resamples, rng=rng)
     row.update(ci)
-    row["verdict"] = _verdict(ci, False, n, noise_floor=noise_floor)
+    row["verdict"] = _verdict(ci, metric, n, noise_floor=noise_floor)
     return row
 
 
@@ -301,7 +311,8 @@ def compare_figures(a: Any, b: Any, *, percentiles: Sequence[float] = (50, 95, 9
     CI from the raw request samples and a verdict for B (see :func:`_verdict`).
 
     ``a``, ``b``: request records, a requests Table, or ready samples from :func:`request_samples`.
-    Latency is better lower; throughput better higher; the failure rate better lower. Throughput is the
+    Which way is better comes from the metric tables (:func:`servelab.analysis.metrics.lower_is_better`:
+    latency lower, throughput higher, the failure rate lower). Throughput is the
     run's own figure (output tokens of ok requests over the measured window, as in ``summary.json``), its
     interval a per-request bootstrap (:func:`servelab.analysis.stats.rate_diff_ci`).
     ``noise_floor``: relative differences at or under it are "within noise" (practical significance).
@@ -315,16 +326,18 @@ def compare_figures(a: Any, b: Any, *, percentiles: Sequence[float] = (50, 95, 9
             ci = bootstrap_diff_ci(xa, xb, p, resamples=resamples, seed=seed)
             va = float(np.percentile(xa, p)) if xa.size else None
             vb = float(np.percentile(xb, p)) if xb.size else None
-            rows.append({"figure": f"{metric} p{p:g}", "unit": "ms", "a": va, "b": vb, **ci,
+            rows.append({"figure": f"{metric} p{p:g}", "unit": unit_of(metric), "a": va, "b": vb, **ci,
                          "n": (int(xa.size), int(xb.size)),
-                         "verdict": _verdict(ci, True, (xa.size, xb.size), noise_floor=noise_floor)})
-    rows.append(_rate_row("output tokens/s", "tok/s", sa, sb, "req_tokens", resamples, seed, noise_floor))
-    rows.append(_rate_row("requests/s", "req/s", sa, sb, "req_ok", resamples, seed, noise_floor))
+                         "verdict": _verdict(ci, metric, (xa.size, xb.size), noise_floor=noise_floor)})
+    rows.append(_rate_row("output tokens/s", "output_tokens_per_s", sa, sb, "req_tokens", resamples, seed,
+                          noise_floor))
+    rows.append(_rate_row("requests/s", "requests_per_s", sa, sb, "req_ok", resamples, seed, noise_floor))
     fa, fb = sa["failed"], sb["failed"]
     ci = _bootstrap_mean_diff(fa, fb, resamples, seed)
-    rows.append({"figure": "failure rate", "unit": "fraction", "a": float(fa.mean()) if fa.size else None,
+    rows.append({"figure": "failure rate", "unit": unit_of("failure_rate"),
+                 "a": float(fa.mean()) if fa.size else None,
                  "b": float(fb.mean()) if fb.size else None, **ci, "n": (int(fa.size), int(fb.size)),
-                 "verdict": _verdict(ci, True, (fa.size, fb.size), noise_floor=noise_floor)})
+                 "verdict": _verdict(ci, "failure_rate", (fa.size, fb.size), noise_floor=noise_floor)})
     return rows
 
 

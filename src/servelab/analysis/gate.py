@@ -4,7 +4,8 @@ Pure functions over ``summary.json`` dicts (and manifests for fairness). At ever
 figure may move the wrong way by at most its limit; a move inside the practical-significance noise floor
 never fails (deterministic simulator runs give exact figures, so a 0.06% change is noise, not a verdict).
 
-Gated figures (each present in the baseline; one the candidate lacks fails):
+Gated figures (each present in the baseline; one the candidate lacks fails), units and directions from the
+tables in :mod:`servelab.analysis.metrics`:
 
 * latency, lower is better: TTFT, TPOT, ITL and e2e at p50/p95/p99 (``metrics.*``);
 * throughput, higher is better: output tokens/s and goodput requests/s (``throughput.*``);
@@ -23,6 +24,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from servelab.analysis.compare import DEFAULT_NOISE_FLOOR, check_fair
+from servelab.analysis.metrics import DERIVED_BY_NAME, METRICS_BY_NAME, lower_is_better, unit_of
+from servelab.analysis.stats import pct_key
 from servelab.errors import ComparisonError, ConfigError
 from servelab.records.summary import dig as _dig
 
@@ -35,35 +38,39 @@ MUST_MATCH: tuple[str, ...] = ("model", "tokenizer", "prompts", "outputs")
 
 @dataclass(frozen=True)
 class Figure:
-    """One gated figure: where it is in a summary, its unit, its direction and which limit applies."""
+    """One gated figure: a request metric at a percentile or a derived figure, and which limit applies.
+    Its unit and direction come from the tables in :mod:`servelab.analysis.metrics`."""
 
-    name: str  # dotted path in summary.json (or "success_rate", derived)
+    name: str  # a request metric (metrics.METRICS) or a derived figure (metrics.DERIVED)
     label: str
-    unit: str
-    lower_is_better: bool
     kind: Kind
+    percentile: float | None = None
+
+    @property
+    def unit(self) -> str:
+        return unit_of(self.name)
+
+    @property
+    def lower_is_better(self) -> bool:
+        return lower_is_better(self.name)
 
     def value(self, summary: Mapping[str, Any]) -> float | None:
-        if self.name == "success_rate":
-            started = _dig(summary, "sessions", "started")
-            done = _dig(summary, "sessions", "completed")
-            if not isinstance(started, int | float) or not started or done is None:
-                return None
-            return done / started
-        v = _dig(summary, *self.name.split("."))
-        return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+        sub = () if self.percentile is None else (pct_key(self.percentile),)
+        if self.name in METRICS_BY_NAME:
+            v = _dig(summary, "metrics", self.name, *sub)
+            return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+        return DERIVED_BY_NAME[self.name].value(summary, *sub)
 
 
 def figures(metrics: Sequence[str] = LATENCY_METRICS,
             percentiles: Sequence[float] = GATE_PERCENTILES) -> list[Figure]:
     """Every gated figure, latency first."""
-    out = [Figure(f"metrics.{m}.p{p:g}", f"{m} p{p:g}", "ms", True, "latency")
-           for m in metrics for p in percentiles]
-    out += [Figure("throughput.output_tokens_per_s", "output tokens/s", "tok/s", False, "throughput"),
-            Figure("throughput.goodput_requests_per_s", "goodput", "req/s", False, "throughput"),
-            Figure("task_ms.p95", "task_ms p95", "ms", True, "latency"),
-            Figure("success_rate", "task success rate", "fraction", False, "throughput"),
-            Figure("cost.per_successful_task", "cost per successful task", "USD", True, "cost")]
+    out = [Figure(m, f"{m} p{p:g}", "latency", p) for m in metrics for p in percentiles]
+    out += [Figure("output_tokens_per_s", "output tokens/s", "throughput"),
+            Figure("goodput_requests_per_s", "goodput", "throughput"),
+            Figure("task_ms", "task_ms p95", "latency", 95),
+            Figure("task_success_rate", "task success rate", "throughput"),
+            Figure("cost_per_successful_task", "cost per successful task", "cost")]
     return out
 
 

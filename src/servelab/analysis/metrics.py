@@ -1,10 +1,15 @@
 """Request metrics as small declarative units, each defined once.
 
 A :class:`Metric` names a figure, its unit, what it means, which records it applies to (its scope) and
-one function over the columns. The function returns ``(values, owner)``: the values and, for each value,
-the index of the request it came from. A per-request metric returns one value per request (NaN where
+one function over the columns, and which way is better (``better``: ``lower`` or ``higher``). The
+function returns ``(values, owner)``: the values and, for each value, the index of the request it came
+from. A per-request metric returns one value per request (NaN where
 undefined, such as TPOT of a one-token answer); a pooled metric (``itl_ms``: every gap of every request)
 returns many values per request. The scope then keeps the values of the requests it applies to.
+
+Figures of the run as a whole (a rate, a share, a price) are :class:`Derived`: read or computed from
+``summary.json``, each with its unit and direction too. :func:`lower_is_better` answers for either table;
+``servelab compare`` and ``servelab check`` take every direction from here.
 
 Where latency starts: in an open loop at the *intended* send time, so time the client spent behind
 schedule counts against the figures instead of hiding; in a closed loop at the actual send time.
@@ -12,19 +17,21 @@ schedule counts against the figures instead of hiding; in a closed loop at the a
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import numpy as np
 
 from servelab.analysis.columns import Columns
 from servelab.records.schema import OK
+from servelab.records.summary import dig
 
 NS_PER_MS = 1e6
 Scope = Literal["ok", "sent"]
 LoadMode = Literal["open", "closed"]
 MetricFn = Callable[[Columns, np.ndarray], tuple[np.ndarray, np.ndarray]]
+Better = Literal["lower", "higher"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +42,7 @@ class Metric:
     fn: MetricFn  # (columns, start_ns) -> (values, owner request index)
     scope: Scope = "ok"  # ok: ok and not warm-up; sent: every measured request that was sent
     per_request: bool = True  # one value per request (usable per request, e.g. for goodput)
+    better: Better = field(kw_only=True)  # which way is better: every latency is better lower
 
     def values(self, cols: Columns, start: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
         """The finite values of the requests in scope (or in ``mask`` when given)."""
@@ -112,25 +120,96 @@ def _tpot(cols: Columns, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 METRICS: tuple[Metric, ...] = (
     Metric("ttft_ms", "ms", "Time to first token: latency start to the first chunk carrying content or "
-           "reasoning.", _since_start("first_token_ns")),
+           "reasoning.", _since_start("first_token_ns"), better="lower"),
     Metric("ttft_content_ms", "ms", "Time to first visible content token (after any reasoning).",
-           _since_start("first_content_ns")),
+           _since_start("first_content_ns"), better="lower"),
     Metric("itl_ms", "ms", "Inter-token latency: every gap between consecutive token-carrying chunks, pooled "
-           "over all requests.", _itl_pooled, per_request=False),
+           "over all requests.", _itl_pooled, per_request=False, better="lower"),
     Metric("itl_request_ms", "ms", "Per-request mean inter-token latency: the mean of one request's gaps.",
-           _itl_request_mean),
+           _itl_request_mean, better="lower"),
     Metric("tpot_ms", "ms", "Time per output token after the first: (last token - first token) / "
-           "(completion tokens - 1), tokens from usage.", _tpot),
+           "(completion tokens - 1), tokens from usage.", _tpot, better="lower"),
     Metric("e2e_ms", "ms", "End-to-end latency: latency start to the end of the response.",
-           _since_start("end_ns")),
+           _since_start("end_ns"), better="lower"),
     Metric("ttlt_ms", "ms", "Time to last token: latency start to the last token-carrying chunk.",
-           _since_start("last_token_ns")),
-    Metric("queue_ms", "ms", "Client queueing of successful requests: actual send - intended send.", _queue),
+           _since_start("last_token_ns"), better="lower"),
+    Metric("queue_ms", "ms", "Client queueing of successful requests: actual send - intended send.",
+           _queue, better="lower"),
     Metric("lag_ms", "ms", "Schedule lag: actual send - intended send over every measured request sent (any "
-           "status); in an open loop, how far the client fell behind its schedule.", _queue, scope="sent"),
+           "status); in an open loop, how far the client fell behind its schedule.", _queue, scope="sent",
+           better="lower"),
 )
 METRICS_BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
 UNITS: dict[str, str] = {m.name: m.unit for m in METRICS}
+
+
+@dataclass(frozen=True)
+class Derived:
+    """A figure of the run as a whole, from ``summary.json``: stored at ``path``, or computed by ``fn``."""
+
+    name: str
+    unit: str
+    description: str
+    path: tuple[str, ...] = ()  # where summary.json holds it (a number, or a percentile summary)
+    fn: Callable[[Mapping[str, Any]], Any] | None = None  # summary -> the figure, when it is not stored
+    better: Better = field(kw_only=True)
+
+    def value(self, summary: Mapping[str, Any], *sub: str) -> float | None:
+        """The figure in ``summary`` (``sub``: a key below ``path``, e.g. ``"p95"``), None when absent."""
+        v = self.fn(summary) if self.fn is not None else dig(summary, *self.path, *sub)
+        return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def _success_rate(summary: Mapping[str, Any]) -> float | None:
+    started, done = dig(summary, "sessions", "started"), dig(summary, "sessions", "completed")
+    if not isinstance(started, int | float) or not started or done is None:
+        return None
+    return float(done) / started
+
+
+def _tokens_per_s_per_user(summary: Mapping[str, Any]) -> float | None:
+    tpot = dig(summary, "metrics", "tpot_ms", "p50")
+    return 1000.0 / float(tpot) if isinstance(tpot, int | float) and tpot > 0 else None
+
+
+DERIVED: tuple[Derived, ...] = (
+    Derived("output_tokens_per_s", "tok/s", "Output tokens of ok requests over the measured window.",
+            ("throughput", "output_tokens_per_s"), better="higher"),
+    Derived("requests_per_s", "req/s", "Ok requests over the measured window.",
+            ("throughput", "requests_per_s"), better="higher"),
+    Derived("goodput_requests_per_s", "req/s", "Requests meeting every SLO over the measured window.",
+            ("throughput", "goodput_requests_per_s"), better="higher"),
+    Derived("goodput_fraction", "fraction", "Requests meeting every SLO / (ok + failed) measured requests.",
+            ("goodput", "fraction"), better="higher"),
+    Derived("failure_rate", "fraction", "Failed / (ok + failed) measured requests (cancelled ones aside).",
+            ("errors", "rate"), better="lower"),
+    Derived("tokens_per_s_per_user", "tok/s", "Interactivity: the decode speed one user sees, 1000 / median "
+            "time per output token.", fn=_tokens_per_s_per_user, better="higher"),
+    Derived("task_ms", "ms", "Task time: one agent session from start to end (percentiles).", ("task_ms",),
+            better="lower"),
+    Derived("task_success_rate", "fraction", "Completed / started sessions.", fn=_success_rate,
+            better="higher"),
+    Derived("cost_per_successful_task", "USD", "Model, tool, orchestration and failure cost per accepted "
+            "task.", ("cost", "per_successful_task"), better="lower"),
+)
+DERIVED_BY_NAME: dict[str, Derived] = {d.name: d for d in DERIVED}
+
+
+def _entry(name: str) -> Metric | Derived:
+    found = METRICS_BY_NAME.get(name) or DERIVED_BY_NAME.get(name)
+    if found is None:
+        raise KeyError(f"{name!r} is neither a request metric nor a derived figure (analysis.metrics)")
+    return found
+
+
+def lower_is_better(name: str) -> bool:
+    """Whether a smaller value of the metric or derived figure ``name`` is better, from the tables."""
+    return _entry(name).better == "lower"
+
+
+def unit_of(name: str) -> str:
+    """The unit of the metric or derived figure ``name``."""
+    return _entry(name).unit
 
 
 def metric_values(cols: Columns, mode: LoadMode) -> dict[str, np.ndarray]:

@@ -11,16 +11,18 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from servelab.analysis.metrics import DERIVED_BY_NAME
+
 
 def point_of(summary: Mapping[str, Any] | None, gpus: int | None) -> tuple[float, float] | None:
     """(tokens/s per user, output tokens/s per GPU) of one run's summary, or None when not measurable."""
     if not summary:
         return None
-    tpot = ((summary.get("metrics") or {}).get("tpot_ms") or {}).get("p50")
-    tp = (summary.get("throughput") or {}).get("output_tokens_per_s")
-    if not tpot or tp is None or tpot <= 0:
+    per_user = DERIVED_BY_NAME["tokens_per_s_per_user"].value(summary)
+    tp = DERIVED_BY_NAME["output_tokens_per_s"].value(summary)
+    if per_user is None or tp is None:
         return None
-    return 1000.0 / float(tpot), float(tp) / max(1, int(gpus or 1))
+    return per_user, tp / max(1, int(gpus or 1))
 
 
 def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
