@@ -1,0 +1,139 @@
+"""The published check rows of benchmarks/fidelity_cases.yaml: load them and simulate each under a backend.
+
+Each row names a sim target (the published serving conditions) and a workload mode:
+- offline: every request submitted at once (trtllm-bench throughput, vllm bench serve at request rate inf);
+- closed: ``concurrency`` requests in flight until ``requests`` are done (vllm bench --max-concurrency);
+- batch: ``batch`` requests at once, the time until the last finishes (vLLM benchmark_latency).
+Lengths are fixed (ignore_eos); prompts are distinct token sequences, so no prefix is shared.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from servelab.clock import VirtualClock
+from servelab.sim.api import SimRequest
+from servelab.sim.deployment import Deployment
+from servelab.sim.engine import Engine
+from servelab.sim.target import parse_sim_target
+
+CASES = Path(__file__).parent / "fidelity_cases.yaml"
+METRICS = ("out_tok_s", "out_tok_s_per_gpu", "total_tok_s", "ttft_ms", "tpot_ms", "batch_latency_s")
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    set: str
+    source: str
+    model: str
+    hardware: str
+    engine: str
+    mode: str
+    isl: int
+    osl: int
+    requests: int
+    concurrency: int
+    metric: str
+    published: float
+    target: str
+
+    @property
+    def what(self) -> str:
+        w = f"{self.isl}/{self.osl}"
+        if self.mode == "closed":
+            w += f" c={self.concurrency}"
+        elif self.mode == "batch":
+            w += f" batch {self.requests}"
+        return f"{self.model}, {self.hardware}, {self.engine}, {w}, {self.metric}"
+
+
+def load(path: Path = CASES) -> tuple[dict, list[Case]]:
+    """(sources, cases) of the data file; a row missing a field or naming an unknown source/metric raises."""
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    sources, out = data["sources"], []
+    for row in data["cases"]:
+        w = row["workload"]
+        if row["source"] not in sources:
+            raise ValueError(f"{row['id']}: unknown source {row['source']!r}")
+        if row["metric"] not in METRICS:
+            raise ValueError(f"{row['id']}: unknown metric {row['metric']!r}")
+        mode = w["mode"]
+        n = int(w["batch"] if mode == "batch" else w["requests"])
+        out.append(Case(id=row["id"], set=row["set"], source=row["source"], model=str(row["model"]),
+                        hardware=str(row["hardware"]), engine=str(row["engine"]), mode=mode, isl=int(w["isl"]),
+                        osl=int(w["osl"]), requests=n, concurrency=int(w.get("concurrency", n)),
+                        metric=row["metric"], published=float(row["published"]), target=row["target"]))
+    return sources, out
+
+
+def kind_of(dep: Deployment) -> str:
+    return "moe" if dep.model.ffn.get("kind") == "moe" else "dense"
+
+
+def family_of(dep: Deployment) -> str:
+    """hopper | blackwell | amd | tpu: the slice's hardware family."""
+    name = dep.family.name
+    return "amd" if name.startswith("amd") else name.split("-")[-1]
+
+
+def deployment(case: Case, backend: str) -> Deployment:
+    return parse_sim_target(f"sim:{case.target},backend={backend}")
+
+
+def simulate(case: Case, dep: Deployment) -> float:
+    """The simulated value of ``case.metric`` for deployment ``dep``."""
+    clock = VirtualClock()
+    isl, osl = case.isl, case.osl
+
+    def request(i: int) -> SimRequest:
+        return SimRequest(rid=i + 1, prompt_ids=[(i * 131 + j) % 30011 + 1 for j in range(isl)], max_tokens=osl,
+                          ignore_eos=True)
+
+    async def main() -> float:
+        eng = Engine(dep, clock, seed=0)
+        eng.start()
+        sent: dict[int, int] = {}
+        done: list[SimRequest] = []
+        if case.mode == "closed":
+            async def worker(k: int) -> None:
+                for i in range(k, case.requests, case.concurrency):
+                    r = request(i)
+                    sent[r.rid] = clock.now()
+                    eng.submit(r)
+                    await r.done
+                    done.append(r)
+
+            await asyncio.gather(*(worker(k) for k in range(case.concurrency)))
+        else:
+            reqs = [request(i) for i in range(case.requests)]
+            for r in reqs:
+                sent[r.rid] = clock.now()
+                eng.submit(r)
+            await asyncio.gather(*(r.done for r in reqs))
+            done = reqs
+        await eng.stop()
+        bad = [r for r in done if r.finish_reason not in ("length", "stop")]
+        if bad:
+            raise RuntimeError(f"{case.id}: {len(bad)} requests failed ({bad[0].finish_reason}: {bad[0].error})")
+        end_s = max(r.token_times_ns[-1] for r in done) / 1e9
+        out = sum(r.output_tokens for r in done)
+        if case.metric == "out_tok_s":
+            return out / end_s
+        if case.metric == "out_tok_s_per_gpu":
+            return out / end_s / dep.world
+        if case.metric == "total_tok_s":
+            return (out + isl * len(done)) / end_s
+        if case.metric == "ttft_ms":
+            return statistics.fmean((r.first_token_ns - sent[r.rid]) / 1e6 for r in done)
+        if case.metric == "tpot_ms":
+            return statistics.fmean((r.token_times_ns[-1] - r.first_token_ns) / 1e6 / (r.output_tokens - 1)
+                                    for r in done if r.output_tokens > 1)
+        return end_s  # batch_latency_s: submitted at 0
+
+    return clock.run(main)
