@@ -82,7 +82,9 @@ def request_timeline(rows: Sequence[Mapping[str, Any]], path: Path, *, total: in
 def over_time(panels: Sequence[Mapping[str, Any]], path: Path, *, xlabel: str) -> Path:
     """Several series against time, one panel each: ``[{"title", "unit", "t", "v", "top"}]`` (``top``:
     a fixed upper limit such as 100 for a percentage, else 10% above the largest value)."""
-    fig, axes = plt.subplots(len(panels), 1, figsize=(7.5, 1.8 * len(panels) + 0.6), sharex=True, squeeze=False)
+    fig, axes = plt.subplots(
+        len(panels), 1, figsize=(7.5, 1.8 * len(panels) + 0.6), sharex=True, squeeze=False
+    )
     for ax, p in zip(axes[:, 0], panels, strict=True):
         t, v = np.asarray(p["t"], dtype=float), np.asarray(p["v"], dtype=float)
         ax.plot(t, v, "-", lw=1.2, marker="." if t.size < 40 else None)

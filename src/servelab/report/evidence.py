@@ -12,7 +12,9 @@ from rich.text import Text
 from servelab.analysis.evidence import evidence_rows, run_evidence
 
 
-def summary_evidence(summary: Mapping[str, Any], requests: Any = None, manifest: Any = None) -> dict[str, Any]:
+def summary_evidence(
+    summary: Mapping[str, Any], requests: Any = None, manifest: Any = None
+) -> dict[str, Any]:
     """The run's ``evidence`` block: from summary.json when it has one, else computed now."""
     ev = summary.get("evidence")
     if isinstance(ev, Mapping) and ev:

@@ -89,7 +89,9 @@ def _distributions(page: Page, run: RunData, label: str) -> None:
     if len(s["ttft_ms"]) == 0:
         page.add('<p class="toosmall">No request succeeded: there is no latency to draw.</p>')
         return
-    page.image("ttft", "TTFT histogram", lambda p: plots.histogram(s["ttft_ms"], p, title="Time to first token"))
+    page.image(
+        "ttft", "TTFT histogram", lambda p: plots.histogram(s["ttft_ms"], p, title="Time to first token")
+    )
     page.image("itl", "ITL histogram", lambda p: plots.histogram(s["itl_ms"], p, title="Inter-token latency"))
 
 
@@ -111,8 +113,15 @@ def _timeline_rows(requests: pa.Table, sessions: pa.Table) -> tuple[list[dict[st
     for s in pick:
         wall = s["end_ns"] - s["start_ns"]
         tools = (s.get("tool_ns") or 0) + (s.get("retrieval_ns") or 0) + (s.get("code_ns") or 0)
-        rows.append({"id": s["session_id"], "start_s": (s["start_ns"] - t0) / 1e9, "end_s": (s["end_ns"] - t0) / 1e9,
-                     "model": model[s["session_id"]], "tool_share": tools / wall if wall > 0 else None})
+        rows.append(
+            {
+                "id": s["session_id"],
+                "start_s": (s["start_ns"] - t0) / 1e9,
+                "end_s": (s["end_ns"] - t0) / 1e9,
+                "model": model[s["session_id"]],
+                "tool_share": tools / wall if wall > 0 else None,
+            }
+        )
     return rows, len(sess)
 
 
@@ -122,7 +131,9 @@ def _sessions(page: Page, run: RunData) -> None:
     rows, total = _timeline_rows(run.requests, run.sessions)
     if rows:
         page.h2("Sample sessions: model turns against tool time")
-        page.image("sessions", "session timeline", lambda p: plots.session_timeline(rows, p, total_sessions=total))
+        page.image(
+            "sessions", "session timeline", lambda p: plots.session_timeline(rows, p, total_sessions=total)
+        )
 
 
 def _attribution(page: Page, run: RunData) -> None:
@@ -137,9 +148,21 @@ def _attribution(page: Page, run: RunData) -> None:
         sa = session_attribution(run.sessions)
         page.add(f"<p>Sessions: {_e(sa['summary'])}.</p>")
         if sa["components"]:
-            page.add(_table(["component", "slowest sessions (mean)", "median sessions (mean)", "share of the gap"],
-                            [[c["label"], duration_ms(c["tail_ms"]), duration_ms(c["median_ms"]),
-                              f"{c['tail_share']:.0%}"] for c in sa["components"]], csv_name="session-attribution"))
+            page.add(
+                _table(
+                    ["component", "slowest sessions (mean)", "median sessions (mean)", "share of the gap"],
+                    [
+                        [
+                            c["label"],
+                            duration_ms(c["tail_ms"]),
+                            duration_ms(c["median_ms"]),
+                            f"{c['tail_share']:.0%}",
+                        ]
+                        for c in sa["components"]
+                    ],
+                    csv_name="session-attribution",
+                )
+            )
 
 
 def _config(page: Page, obj: Any) -> None:
@@ -222,8 +245,13 @@ def _write_run(page: Page, source: RunData, title: str, comparison: Mapping[str,
     _config(page, source.manifest)
 
 
-def write_report(source: RunData | SweepData, out_path: str | Path, *, comparison: Mapping[str, Any] | None = None,
-                 title: str | None = None) -> Path:
+def write_report(
+    source: RunData | SweepData,
+    out_path: str | Path,
+    *,
+    comparison: Mapping[str, Any] | None = None,
+    title: str | None = None,
+) -> Path:
     """Write the report of a run or a sweep to ``out_path`` (charts inline, PNG copies beside it)."""
     out = Path(out_path)
     page = Page(out)

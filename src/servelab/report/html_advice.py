@@ -60,8 +60,10 @@ def advice_section(page: Page, run: RunData, sweep: Mapping[str, Any] | None) ->
     if quiet:
         page.add('<p class="muted">Not advised on this evidence: ' + esc("; ".join(quiet)) + ".</p>")
     if size is not None and size <= SMALL_MODEL_B:
-        page.add(f'<p class="muted">The model has {sig(size)} B active parameters: a smaller dense model is not '
-                 "advice that applies.</p>")
+        page.add(
+            f'<p class="muted">The model has {sig(size)} B active parameters: a smaller dense model is not '
+            "advice that applies.</p>"
+        )
 
 
 def cost_section(page: Page, summary: Mapping[str, Any]) -> None:
@@ -69,7 +71,9 @@ def cost_section(page: Page, summary: Mapping[str, Any]) -> None:
     if not isinstance(cost, Mapping) or not cost:
         return
     page.h2("Cost per successful task")
-    rows = [[name(k) if k.startswith("per_") else f"{k} cost", money(cost[k])] for k in _COST_KEYS if k in cost]
+    rows = [
+        [name(k) if k.startswith("per_") else f"{k} cost", money(cost[k])] for k in _COST_KEYS if k in cost
+    ]
     rows += [[k.replace("_", " "), _value(v)] for k, v in cost.items() if k not in _COST_KEYS]
     page.add(table(["item", "value"], rows, csv_name="cost"))
 
@@ -83,10 +87,24 @@ def comparison_section(page: Page, comparison: Mapping[str, Any] | None) -> None
     figs = comparison.get("figures") or []
     if figs:
         page.add(f"<p>{esc(comparison_headline(comparison))}</p>")
-        page.add(table(["figure", names[0], names[1], "difference", "95% interval", "verdict"],
-                       [[_figure(r["figure"]), sig(r.get("a")), sig(r.get("b")), _signed(r.get("diff")),
-                         f"{_signed(r.get('lo'))} to {_signed(r.get('hi'))}", r.get("verdict")] for r in figs],
-                       left_last=True, csv_name="comparison"))
+        page.add(
+            table(
+                ["figure", names[0], names[1], "difference", "95% interval", "verdict"],
+                [
+                    [
+                        _figure(r["figure"]),
+                        sig(r.get("a")),
+                        sig(r.get("b")),
+                        _signed(r.get("diff")),
+                        f"{_signed(r.get('lo'))} to {_signed(r.get('hi'))}",
+                        r.get("verdict"),
+                    ]
+                    for r in figs
+                ],
+                left_last=True,
+                csv_name="comparison",
+            )
+        )
     if comparison.get("diff"):
         rows = [[r["label"], *[v if v is not None else "not recorded" for v in r["values"]], r["status"]]
                 for r in comparison["diff"]]

@@ -49,7 +49,11 @@ def timeline_rows(requests: pa.Table, limit: int = MAX_REQUESTS_SHOWN) -> tuple[
     keep.sort(key=lambda i: due[i] or sent[i])
     pick = keep[:: max(1, len(keep) // limit)][:limit]
     first, end, status = _col(requests, "first_token_ns"), _col(requests, "end_ns"), _col(requests, "status")
-    q, pf, rid = _col(requests, "srv_queue_ns"), _col(requests, "srv_prefill_ns"), _col(requests, "request_id")
+    q, pf, rid = (
+        _col(requests, "srv_queue_ns"),
+        _col(requests, "srv_prefill_ns"),
+        _col(requests, "request_id"),
+    )
     t0 = min(due[i] or sent[i] for i in pick)
     rows = []
     for i in pick:
@@ -78,9 +82,11 @@ def timeline_section(page: Page, run: RunData) -> None:
     if len(rows) < 3:
         _too_few(page, "request timeline", len(rows))
         return
-    split = "server queue and prefill as the server reported them" if any(
-        p[0] == "prefill" for r in rows for p in r["phases"]) else "queueing and prefill together (the server " \
-        "does not report the split)"
+    split = (
+        "server queue and prefill as the server reported them"
+        if any(p[0] == "prefill" for r in rows for p in r["phases"])
+        else "queueing and prefill together (the server does not report the split)"
+    )
     page.add(f'<p class="muted">Grey: due but not yet sent (client); then {esc(split)}; blue: decoding.</p>')
     page.image("timeline", "per-request timeline", lambda p: charts.request_timeline(rows, p, total=total))
 
@@ -104,7 +110,9 @@ def client_series(requests: pa.Table, bins: int = _TIME_BINS) -> list[dict[str, 
     est = np.array([float(x or 0) for x in _col(requests, "est_completion_tokens")])
     toks = np.where(toks > 0, toks, est)
     sent, first = _col(requests, "sent_ns"), _col(requests, "first_token_ns")
-    ttft = np.array([np.nan if a is None or b is None else (b - a) / 1e6 for a, b in zip(sent, first, strict=True)])
+    ttft = np.array(
+        [np.nan if a is None or b is None else (b - a) / 1e6 for a, b in zip(sent, first, strict=True)]
+    )
     rps, tps, p50, errs = [], [], [], []
     for b in range(nb):
         m = use & (idx == b)
@@ -186,8 +194,10 @@ def pareto_section(page: Page, series: Sequence[Mapping[str, Any]]) -> None:
         return
     known = all(p[3] for p in pts)
     per = "GPU" if known else "endpoint (GPU count unknown for a real server)"
-    page.add('<p class="muted">Up and to the right is better: more tokens per GPU while each user still reads '
-             'fast. The black step line joins the points no other point beats on both axes.</p>')
+    page.add(
+        '<p class="muted">Up and to the right is better: more tokens per GPU while each user still reads '
+        "fast. The black step line joins the points no other point beats on both axes.</p>"
+    )
     page.image("pareto", "Pareto chart: output tokens/s per GPU against tokens/s per user",
                lambda p: charts.pareto_chart([{"label": s["label"], "points": [q[:3] for q in s["points"]]}
                                               for s in series], p, per="GPU" if known else "endpoint"))

@@ -20,7 +20,8 @@ import numpy as np
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0 auto;max-width:1000px;
 padding:16px 24px;color:#1d1d1f;background:#fff}
-h1{font-size:22px;margin:8px 0}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ddd;padding-bottom:4px}
+h1{font-size:22px;margin:8px 0}\
+h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ddd;padding-bottom:4px}
 .verdict{background:#f0f6ff;border-left:5px solid #2a6fdb;padding:10px 14px;font-size:15px}
 .verdict.bad{background:#fff3f0;border-left-color:#d62728}
 .verdict p{margin:4px 0}
@@ -36,7 +37,8 @@ pre{background:#f7f7f7;padding:8px;overflow:auto;font-size:12px;max-height:480px
 .tag.recommended,.tag.required,.tag.better{background:#d9f2d9}.tag.worse,.tag.not-possible{background:#f8d7d2}
 .headline{font-size:16px;margin:6px 0 10px}
 .banner{padding:8px 14px;margin:8px 0;border-radius:3px;font-size:14px}
-.banner.ok{background:#e3f4e3;border-left:5px solid #2ca02c}.banner.bad{background:#fde2dd;border-left:5px solid #d62728}
+.banner.ok{background:#e3f4e3;border-left:5px solid #2ca02c}\
+.banner.bad{background:#fde2dd;border-left:5px solid #d62728}
 .tiles{display:flex;flex-wrap:wrap;gap:8px;margin:8px 0}
 .tile{border:1px solid #ddd;border-radius:4px;padding:6px 12px;min-width:120px}
 .tile .v{font-size:20px;font-weight:600}.tile .k{font-size:12px;color:#666}
@@ -79,8 +81,14 @@ def csv_link(head: Sequence[str], rows: Sequence[Sequence[Any]], name: str = "ta
     return f'<a class="csv" download="{esc(fname)}.csv" href="data:text/csv;base64,{data}">download CSV</a>'
 
 
-def table(head: Sequence[str], rows: Sequence[Sequence[Any]], left: int = 1,
-          row_classes: Sequence[str] | None = None, left_last: bool = False, csv_name: str | None = None) -> str:
+def table(
+    head: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    left: int = 1,
+    row_classes: Sequence[str] | None = None,
+    left_last: bool = False,
+    csv_name: str | None = None,
+) -> str:
     """An HTML table, every cell escaped; the first ``left`` columns (and the last, with ``left_last``:
     words rather than figures) are left-aligned; ``row_classes`` gives each row a CSS class ("" for none).
     A CSV download link follows the table (named ``csv_name``, else after the first heading)."""
@@ -120,8 +128,10 @@ class Page:
         """Say where the chart files are: every chart is inline, and also written beside the page as PNG."""
         if self.images:
             names = ", ".join(p.name for p in self.images)
-            self.add(f'<p class="muted" id="files">Charts are embedded in this page; copies as PNG files beside '
-                     f"it in {esc(str(self.out.parent))}: {esc(names)}. Each table has a CSV download link.</p>")
+            self.add(
+                f'<p class="muted" id="files">Charts are embedded in this page; copies as PNG files beside '
+                f"it in {esc(str(self.out.parent))}: {esc(names)}. Each table has a CSV download link.</p>"
+            )
 
     def render(self, title: str) -> str:
         return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>'

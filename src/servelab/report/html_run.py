@@ -57,7 +57,9 @@ def headline(summary: Mapping[str, Any], manifest: Mapping[str, Any]) -> str:
     if tp.get("output_tokens_per_s") is not None:
         words.append(f"{sig(tp['output_tokens_per_s'])} output tokens/s")
     if ttft.get("p50") is not None:
-        words.append(f"time to first token p50 {duration_ms(ttft['p50'])}, p99 {duration_ms(ttft.get('p99'))}")
+        words.append(
+            f"time to first token p50 {duration_ms(ttft['p50'])}, p99 {duration_ms(ttft.get('p99'))}"
+        )
     if itl.get("p50") is not None:
         words.append(f"inter-token latency p50 {duration_ms(itl['p50'])}")
     if e2e.get("p50") is not None:
@@ -77,8 +79,10 @@ def banner(summary: Mapping[str, Any], extra_reasons: list[str] | None = None) -
                 "large enough for the figures below.")
     else:
         valid = False
-        body = "<b>INVALID</b>: " + "; ".join(esc(r) for r in reasons) + ". The figures are written, but do not " \
-               "trust them as a measurement of the server."
+        body = (
+            "<b>INVALID</b>: " + "; ".join(esc(r) for r in reasons) + ". The figures are written, but do not "
+            "trust them as a measurement of the server."
+        )
     warns = "".join(f"<p class=\"warn\">{esc(w)}</p>" for w in summary.get("warnings") or [])
     return f'<div class="banner {"ok" if valid else "bad"}" id="validity">{body}{warns}</div>'
 
@@ -89,8 +93,13 @@ def key_figures(page: Page, summary: Mapping[str, Any]) -> None:
     for m in _LATENCY:
         s = get(summary, "metrics", m)
         if s:
-            rows.append([name(m), *(duration_ms(s.get(k)) for k in ("mean", "p50", "p90", "p95", "p99", "max")),
-                         count(s.get("n"))])
+            rows.append(
+                [
+                    name(m),
+                    *(duration_ms(s.get(k)) for k in ("mean", "p50", "p90", "p95", "p99", "max")),
+                    count(s.get("n")),
+                ]
+            )
     page.add(table(["latency", "mean", "p50", "p90", "p95", "p99", "max", "n"], rows, csv_name="latency"))
     tp = summary.get("throughput") or {}
     from servelab.report.words import UNITS
@@ -110,14 +119,22 @@ def task_block(page: Page, summary: Mapping[str, Any]) -> None:
     split = summary.get("time_split") or {}
     cost = summary.get("cost") or {}
     page.add('<h2 id="tasks">Tasks</h2>')
-    cells = [("completed", f"{count(ses.get('completed'))} of {count(ses.get('started'))}"),
-             ("accepted", count(ses.get("accepted"))),
-             ("task time p50", duration_ms(task.get("p50"))), ("task time p95", duration_ms(task.get("p95"))),
-             ("tasks per hour", sig(summary.get("tasks_per_hour"))),
-             ("cost per successful task", money(cost.get("per_successful_task")) if cost else "no price given")]
-    page.add('<div class="tiles" id="task-block">' + "".join(
-        f'<div class="tile"><div class="v">{esc(v)}</div><div class="k">{esc(k)}</div></div>' for k, v in cells)
-        + "</div>")
+    cells = [
+        ("completed", f"{count(ses.get('completed'))} of {count(ses.get('started'))}"),
+        ("accepted", count(ses.get("accepted"))),
+        ("task time p50", duration_ms(task.get("p50"))),
+        ("task time p95", duration_ms(task.get("p95"))),
+        ("tasks per hour", sig(summary.get("tasks_per_hour"))),
+        ("cost per successful task", money(cost.get("per_successful_task")) if cost else "no price given"),
+    ]
+    page.add(
+        '<div class="tiles" id="task-block">'
+        + "".join(
+            f'<div class="tile"><div class="v">{esc(v)}</div><div class="k">{esc(k)}</div></div>'
+            for k, v in cells
+        )
+        + "</div>"
+    )
     page.add(table(["outcome", "sessions"], [[k.replace("_", " "), count(ses.get(k))] for k in
                    ("started", "completed", "accepted", "failed", "timed_out", "cancelled", "retries",
                     "tool_failures")], csv_name="sessions"))
@@ -140,7 +157,9 @@ def errors_section(page: Page, summary: Mapping[str, Any], requests: pa.Table | 
         rows = [[name(k), "-", count(v), ""] for k, v in (err.get("by_status") or {}).items() if v]
     sent = get(summary, "requests", "sent") or 0
     total = sum(int(r[2].replace(",", "")) for r in rows if r[2] != "-")
-    page.add(f"<p>{count(total)} of {count(sent)} requests failed ({pct(total / sent if sent else None)}).</p>")
+    page.add(
+        f"<p>{count(total)} of {count(sent)} requests failed ({pct(total / sent if sent else None)}).</p>"
+    )
     page.add(table(["status", "HTTP code", "requests", "sample message"], rows, left=2, left_last=True,
                    csv_name="errors"))
 

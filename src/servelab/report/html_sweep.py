@@ -77,7 +77,9 @@ def sweep_groups(state: Mapping[str, Any]) -> list[Group]:
 # -- verdict ------------------------------------------------------------------------------------------
 
 
-def knee_sentence(knee: Mapping[str, Any] | None, axis: str, label: str = "", reason: str | None = None) -> str:
+def knee_sentence(
+    knee: Mapping[str, Any] | None, axis: str, label: str = "", reason: str | None = None
+) -> str:
     lead = f"{label}: the" if label else "The"
     if knee and knee.get("level") is not None:
         rng = (f" (between {knee['low']:g} and {knee['high']:g})" if knee.get("low") is not None
@@ -86,8 +88,10 @@ def knee_sentence(knee: Mapping[str, Any] | None, axis: str, label: str = "", re
                 f"past it, more load buys little throughput ({knee.get('reason', '')}).")
     if knee and knee.get("beyond"):
         where = f"{label}: no" if label else "No"
-        return (f"{where} knee within the grid: throughput still grows at {axis} {knee['low']:g}, so the knee "
-                f"is at {knee['low']:g} or beyond; extend the grid.")
+        return (
+            f"{where} knee within the grid: throughput still grows at {axis} {knee['low']:g}, so the knee "
+            f"is at {knee['low']:g} or beyond; extend the grid."
+        )
     where = f"{label}: no" if label else "No"
     return f"{where} knee: {(knee or {}).get('reason') or reason or 'not enough points'}."
 
@@ -99,14 +103,18 @@ def scaling_sentence(scaling: Mapping[str, Any] | None) -> str | None:
     words = [f"Scaling across node counts: {get(scaling, 'bend', 'reason') or 'no bend computed'}."]
     if len(peaks) >= 2:
         base = peaks[0]
-        at = "; ".join(f"{p['nodes']} nodes reach {pct(p.get('efficiency'))} of linear "
-                       f"({num(p['peak_throughput'], '{:,.0f}')} vs ideal {num(p['ideal'], '{:,.0f}')} tokens/s)"
-                       for p in peaks[1:])
+        at = "; ".join(
+            f"{p['nodes']} nodes reach {pct(p.get('efficiency'))} of linear "
+            f"({num(p['peak_throughput'], '{:,.0f}')} vs ideal {num(p['ideal'], '{:,.0f}')} tokens/s)"
+            for p in peaks[1:]
+        )
         words.append(f"At peak, against {base['nodes']} node(s): {at}.")
     return " ".join(words)
 
 
-def sweep_verdict(state: Mapping[str, Any], slo_results: Sequence[tuple[str, Mapping[str, Any]]] | None = None) -> str:
+def sweep_verdict(
+    state: Mapping[str, Any], slo_results: Sequence[tuple[str, Mapping[str, Any]]] | None = None
+) -> str:
     """The sweep in plain words: each group's knee, the peak, the SLO, scaling, the point counts."""
     axis, groups = axis_of(state), sweep_groups(state)
     pts = [p for p in state.get("points") or [] if p.get("status") == "ok"]
@@ -161,9 +169,11 @@ def quality_alarms(state: Mapping[str, Any]) -> list[str]:
             gain = tp / ref_tp - 1
             lvl = f"{axis} {p['level']:g}" if p.get("level") is not None else "the same level"
             if gain > 0:
-                out.append(f"Quality warning: {name} gains {gain:+.0%} output throughput over the first serving "
-                           f"setup at {lvl} ({num(tp, '{:,.0f}')} vs {num(ref_tp, '{:,.0f}')} tokens/s), but "
-                           f"its answers are worse: {drop}. The gain is bought with quality.")
+                out.append(
+                    f"Quality warning: {name} gains {gain:+.0%} output throughput over the first serving "
+                    f"setup at {lvl} ({num(tp, '{:,.0f}')} vs {num(ref_tp, '{:,.0f}')} tokens/s), but "
+                    f"its answers are worse: {drop}. The gain is bought with quality."
+                )
             else:
                 out.append(f"Quality warning: {name} loses quality with no throughput gain at {lvl} "
                            f"({gain:+.0%}): {drop}.")
@@ -184,8 +194,13 @@ def group_slo(state: Mapping[str, Any], groups: Sequence[Group]) -> tuple[list[t
         return [], None
     out, evidence = [], None
     for g in groups:
-        failed = [p for p in state.get("points") or [] if p.get("status") == "failed" and p.get("level") is not None
-                  and _fixed(p.get("params")) == g.params]
+        failed = [
+            p
+            for p in state.get("points") or []
+            if p.get("status") == "failed"
+            and p.get("level") is not None
+            and _fixed(p.get("params")) == g.params
+        ]
         pts = sorted([*g.points, *failed], key=lambda p: p["level"])
         res = max_load_meeting_slo([p["level"] for p in pts], [p.get("summary") for p in pts], slo)
         out.append((g.label if len(groups) > 1 else "", res))
@@ -204,11 +219,20 @@ def knee_section(page: Page, state: Mapping[str, Any], groups: Sequence[Group]) 
     def col(g: Group, *path: str) -> list[Any]:
         return [get(p, "summary", *path) for p in g.points]
 
-    data = [{"label": g.label, "levels": [float(p["level"]) for p in g.points],
-             "throughput": col(g, "throughput", "output_tokens_per_s"), "p50": col(g, "metrics", "e2e_ms", "p50"),
-             "p95": col(g, "metrics", "e2e_ms", "p95"), "p99": col(g, "metrics", "e2e_ms", "p99"),
-             "goodput": col(g, "throughput", "goodput_requests_per_s"), "knee": g.knee,
-             "counts": [int(get(p, "summary", "requests", "ok") or 0) for p in g.points]} for g in groups]
+    data = [
+        {
+            "label": g.label,
+            "levels": [float(p["level"]) for p in g.points],
+            "throughput": col(g, "throughput", "output_tokens_per_s"),
+            "p50": col(g, "metrics", "e2e_ms", "p50"),
+            "p95": col(g, "metrics", "e2e_ms", "p95"),
+            "p99": col(g, "metrics", "e2e_ms", "p99"),
+            "goodput": col(g, "throughput", "goodput_requests_per_s"),
+            "knee": g.knee,
+            "counts": [int(get(p, "summary", "requests", "ok") or 0) for p in g.points],
+        }
+        for g in groups
+    ]
     page.image("knee", f"knee plot: throughput and latency against load, {len(groups)} group(s)",
                lambda path: plots.knee_groups_plot(data, path, level_label=axis,
                                                    latency_label="end-to-end latency (ms)"))
@@ -217,9 +241,18 @@ def knee_section(page: Page, state: Mapping[str, Any], groups: Sequence[Group]) 
         for g in groups:
             k = g.knee or {}
             best = max(g.points, key=lambda p: _tput(p) or 0.0)
-            rows.append([g.label, num(k.get("level"), "{:g}"), _range(k),
-                         k.get("confidence") or "-", num(_tput(best)), num(best.get("level"), "{:g}"), len(g.points),
-                         k.get("reason") or ""])
+            rows.append(
+                [
+                    g.label,
+                    num(k.get("level"), "{:g}"),
+                    _range(k),
+                    k.get("confidence") or "-",
+                    num(_tput(best)),
+                    num(best.get("level"), "{:g}"),
+                    len(g.points),
+                    k.get("reason") or "",
+                ]
+            )
         page.add(table(["group", f"knee ({axis})", "range", "confidence", "peak out tok/s", "at", "points",
                         "reason"], rows, left_last=True))
 
@@ -252,11 +285,20 @@ def points_table(page: Page, state: Mapping[str, Any]) -> None:
     rows, classes = [], []
     for p in points:
         s = p.get("summary")
-        rows.append([params_words(p.get("params")), p.get("status"), num(get(s, "requests", "ok"), "{:,}"),
-                     sig(get(s, "throughput", "output_tokens_per_s")), duration_ms(get(s, "metrics", "ttft_ms", "p50")),
-                     duration_ms(get(s, "metrics", "ttft_ms", "p99")), duration_ms(get(s, "metrics", "e2e_ms", "p95")),
-                     sig(get(s, "throughput", "goodput_requests_per_s")),
-                     *(_accuracy_cells(p.get("accuracy")) if with_acc else []), p.get("error") or ""])
+        rows.append(
+            [
+                params_words(p.get("params")),
+                p.get("status"),
+                num(get(s, "requests", "ok"), "{:,}"),
+                sig(get(s, "throughput", "output_tokens_per_s")),
+                duration_ms(get(s, "metrics", "ttft_ms", "p50")),
+                duration_ms(get(s, "metrics", "ttft_ms", "p99")),
+                duration_ms(get(s, "metrics", "e2e_ms", "p95")),
+                sig(get(s, "throughput", "goodput_requests_per_s")),
+                *(_accuracy_cells(p.get("accuracy")) if with_acc else []),
+                p.get("error") or "",
+            ]
+        )
         classes.append("flagged" if get(p, "accuracy", "vs_first_setup", "flagged") else "")
     head = ["point", "status", "ok", "output tokens/s", "time to first token p50", "p99", "end-to-end p95",
             "goodput req/s",
@@ -271,13 +313,28 @@ def scaling_section(page: Page, state: Mapping[str, Any]) -> None:
     axis, rows, peaks, bend = axis_of(state), sc.get("rows") or [], sc["peaks"], sc.get("bend") or {}
     page.h2("Scaling efficiency across node counts")
     page.add(f"<p>{esc(scaling_sentence(sc))}</p>")
-    page.add('<p class="muted">efficiency = throughput / (throughput per node of the smallest topology x nodes); '
-             "1.0 is linear scaling.</p>")
+    page.add(
+        '<p class="muted">efficiency = throughput / (throughput per node of the smallest topology x nodes); '
+        "1.0 is linear scaling.</p>"
+    )
     page.image("scaling", "scaling efficiency per node count",
                lambda path: plots.scaling_plot(rows, peaks, bend.get("nodes"), path, level_label=axis))
-    page.add(table(["nodes", "peak at", "peak out tok/s", "ideal tok/s", "efficiency", ""],
-                   [[p["nodes"], num(p["peak_level"], "{:g}"), num(p["peak_throughput"]), num(p["ideal"]),
-                     pct(p.get("efficiency")), "bend" if p["nodes"] == bend.get("nodes") else ""] for p in peaks]))
+    page.add(
+        table(
+            ["nodes", "peak at", "peak out tok/s", "ideal tok/s", "efficiency", ""],
+            [
+                [
+                    p["nodes"],
+                    num(p["peak_level"], "{:g}"),
+                    num(p["peak_throughput"]),
+                    num(p["ideal"]),
+                    pct(p.get("efficiency")),
+                    "bend" if p["nodes"] == bend.get("nodes") else "",
+                ]
+                for p in peaks
+            ],
+        )
+    )
     page.add(table(["nodes", axis, "out tok/s", "ideal tok/s", "efficiency"],
                    [[r["nodes"], num(r["level"], "{:g}"), num(r["throughput"]), num(r["ideal"]),
                      pct(r.get("efficiency"))] for r in rows]))
@@ -301,8 +358,11 @@ def sweep_headline(state: Mapping[str, Any], runs: Mapping[str, Any]) -> str:
     axis, groups = axis_of(state), sweep_groups(state)
     first = next(iter(runs.values()), None)
     cfg = get(first.manifest, "config") or {} if first is not None else state.get("base_config") or {}
-    what = target_words(first.manifest) if first is not None else str(get(state, "base_config", "target", "url")
-                                                                        or "the target")
+    what = (
+        target_words(first.manifest)
+        if first is not None
+        else str(get(state, "base_config", "target", "url") or "the target")
+    )
     levels = sorted({p["level"] for g in groups for p in g.points})
     span = f"{levels[0]:g} to {levels[-1]:g}" if levels else "-"
     pts = state.get("points") or []
@@ -339,8 +399,10 @@ def sweep_banner(state: Mapping[str, Any]) -> str:
             bad.append(f"{label}: {why}")
     n = len(state.get("points") or [])
     if not bad:
-        return (f'<div class="banner ok" id="validity"><b>VALID</b>: all {n} points ran and each one\'s figures '
-                "are valid.</div>")
+        return (
+            f'<div class="banner ok" id="validity"><b>VALID</b>: all {n} points ran and each one\'s figures '
+            "are valid.</div>"
+        )
     items = "".join(f"<li>{esc(b)}</li>" for b in bad[:20])
     more = f"<li>... and {len(bad) - 20} more</li>" if len(bad) > 20 else ""
     return (f'<div class="banner bad" id="validity"><b>INVALID</b>: {len(bad)} of {n} points are failed or '
@@ -361,7 +423,9 @@ def sweep_errors(page: Page, state: Mapping[str, Any]) -> None:
             rows.append([params_words(p.get("params")), by, codes or "-", str(top[0])[:200] if top else ""])
     page.add('<h2 id="errors">Errors</h2>')
     if not rows:
-        page.add("<p>None: every measured request of every point succeeded or was cancelled by the run's end.</p>")
+        page.add(
+            "<p>None: every measured request of every point succeeded or was cancelled by the run's end.</p>"
+        )
         return
     page.add(table(["point", "by status", "HTTP codes", "sample message"], rows, left=3, left_last=True,
                    csv_name="errors"))

@@ -26,12 +26,25 @@ def class_rows(summary: Mapping[str, Any]) -> list[list[str]]:
     rows = []
     for name, c in (summary.get("classes") or {}).items():
         req, thr, ses = c.get("requests") or {}, c.get("throughput") or {}, c.get("sessions") or {}
-        load = f"{count(c['users'])} users" if c.get("users") is not None else f"{sig(c.get('rate'))} sessions/s"
-        rows.append([name, c.get("tenant") or "-", load, f"{count(req.get('ok'))}/{count(req.get('sent'))}",
-                     duration_ms(_m(c, "ttft_ms", "p50")), duration_ms(_m(c, "ttft_ms", "p95")),
-                     duration_ms(_m(c, "itl_ms", "p95")), duration_ms(_m(c, "e2e_ms", "p50")),
-                     duration_ms(_m(c, "e2e_ms", "p95")), sig(thr.get("requests_per_s")),
-                     sig(thr.get("output_tokens_per_s")), f"{count(ses.get('completed'))}/{count(ses.get('started'))}"])
+        load = (
+            f"{count(c['users'])} users" if c.get("users") is not None else f"{sig(c.get('rate'))} sessions/s"
+        )
+        rows.append(
+            [
+                name,
+                c.get("tenant") or "-",
+                load,
+                f"{count(req.get('ok'))}/{count(req.get('sent'))}",
+                duration_ms(_m(c, "ttft_ms", "p50")),
+                duration_ms(_m(c, "ttft_ms", "p95")),
+                duration_ms(_m(c, "itl_ms", "p95")),
+                duration_ms(_m(c, "e2e_ms", "p50")),
+                duration_ms(_m(c, "e2e_ms", "p95")),
+                sig(thr.get("requests_per_s")),
+                sig(thr.get("output_tokens_per_s")),
+                f"{count(ses.get('completed'))}/{count(ses.get('started'))}",
+            ]
+        )
     return rows
 
 
@@ -42,9 +55,16 @@ def interference_rows(summary: Mapping[str, Any]) -> list[list[str]]:
         for p in ("p50", "p95"):
             v = by_p.get(p) or {}
             d = v.get("delta")
-            rows.append([_NAMES.get(metric, metric), p, duration_ms(v.get("alone")), duration_ms(v.get("mixed")),
-                         "-" if d is None else ("+" if d >= 0 else "-") + duration_ms(abs(d)),
-                         "-" if v.get("ratio") is None else f"{sig(v['ratio'])}x"])
+            rows.append(
+                [
+                    _NAMES.get(metric, metric),
+                    p,
+                    duration_ms(v.get("alone")),
+                    duration_ms(v.get("mixed")),
+                    "-" if d is None else ("+" if d >= 0 else "-") + duration_ms(abs(d)),
+                    "-" if v.get("ratio") is None else f"{sig(v['ratio'])}x",
+                ]
+            )
     return rows
 
 
@@ -58,9 +78,11 @@ def interference_sentence(summary: Mapping[str, Any]) -> str | None:
     others = ", ".join(inter.get("with") or []) or "the others"
     ratio = "-" if v.get("ratio") is None else f"{sig(v['ratio'])}x"
     e_ratio = "-" if e.get("ratio") is None else f"{sig(e['ratio'])}x"
-    return (f"interference: {inter.get('class')} TTFT p95 {duration_ms(v.get('alone'))} alone, "
-            f"{duration_ms(v.get('mixed'))} with {others} ({ratio}); E2E p95 {duration_ms(e.get('alone'))} -> "
-            f"{duration_ms(e.get('mixed'))} ({e_ratio})")
+    return (
+        f"interference: {inter.get('class')} TTFT p95 {duration_ms(v.get('alone'))} alone, "
+        f"{duration_ms(v.get('mixed'))} with {others} ({ratio}); E2E p95 {duration_ms(e.get('alone'))} -> "
+        f"{duration_ms(e.get('mixed'))} ({e_ratio})"
+    )
 
 
 def classes_table(summary: Mapping[str, Any]) -> Table | None:
@@ -104,7 +126,11 @@ def mix_section(page: Page, summary: Mapping[str, Any]) -> None:
     else:
         page.add("<p>" + esc("No interference baseline: the first class was not run alone (one class, or "
                              "--no-mix-baseline).") + "</p>")
-    share = [(n, (c.get("requests") or {}).get("sent") or 0) for n, c in (summary.get("classes") or {}).items()]
+    share = [
+        (n, (c.get("requests") or {}).get("sent") or 0) for n, c in (summary.get("classes") or {}).items()
+    ]
     total = sum(s for _, s in share)
     if total:
-        page.add("<p>" + esc("Share of requests: " + ", ".join(f"{n} {pct(s / total)}" for n, s in share)) + "</p>")
+        page.add(
+            "<p>" + esc("Share of requests: " + ", ".join(f"{n} {pct(s / total)}" for n, s in share)) + "</p>"
+        )

@@ -71,9 +71,20 @@ def knee_plot(levels: Sequence[float], throughput: Sequence[float | None], p50: 
             ax.axvline(knee["level"], color="#b8860b", ls="--", lw=1.5)
         elif knee and knee.get("beyond"):
             ax.axvline(knee["low"], color="#b8860b", ls=":", lw=1.5)
-    title = "knee" if not knee else (f"knee at {knee['level']:g}" if knee.get("level") is not None else
-                                     f"no knee: {knee['low']:g} or beyond" if knee.get("beyond") else "no knee")
-    ax1.set_title(f"Throughput and latency against load ({title}; n = successful requests per level)", fontsize=10)
+    title = (
+        "knee"
+        if not knee
+        else (
+            f"knee at {knee['level']:g}"
+            if knee.get("level") is not None
+            else f"no knee: {knee['low']:g} or beyond"
+            if knee.get("beyond")
+            else "no knee"
+        )
+    )
+    ax1.set_title(
+        f"Throughput and latency against load ({title}; n = successful requests per level)", fontsize=10
+    )
     ax1.set_ylabel(throughput_label)
     ax2.set_ylabel(latency_label)
     ax1.legend(loc="upper left", fontsize=8)
@@ -215,9 +226,20 @@ def knee_groups_plot(groups: Sequence[Mapping[str, Any]], path: Path, *, level_l
     in the legend)."""
     if len(groups) == 1:
         g = groups[0]
-        return knee_plot(g["levels"], g["throughput"], g["p50"], g["p95"], g["p99"], g["knee"], g["counts"], path,
-                         level_label=level_label, throughput_label=throughput_label, latency_label=latency_label,
-                         goodput=g.get("goodput"))
+        return knee_plot(
+            g["levels"],
+            g["throughput"],
+            g["p50"],
+            g["p95"],
+            g["p99"],
+            g["knee"],
+            g["counts"],
+            path,
+            level_label=level_label,
+            throughput_label=throughput_label,
+            latency_label=latency_label,
+            goodput=g.get("goodput"),
+        )
     cmap = plt.get_cmap("tab10")
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8.5, 7.0), sharex=True)
     for i, g in enumerate(groups):
@@ -236,12 +258,20 @@ def knee_groups_plot(groups: Sequence[Mapping[str, Any]], path: Path, *, level_l
             for ax in (ax1, ax2):
                 ax.axvline(k, color=c, ls=":", lw=1.2)
         elif knee.get("beyond"):
-            ax1.annotate("knee beyond", (float(knee["low"]), tp[-1]), textcoords="offset points", xytext=(4, -12),
-                         fontsize=8, color=c)
+            ax1.annotate(
+                "knee beyond",
+                (float(knee["low"]), tp[-1]),
+                textcoords="offset points",
+                xytext=(4, -12),
+                fontsize=8,
+                color=c,
+            )
     for ax in (ax1, ax2):
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
-    ax1.set_title("Throughput and latency against load, one curve per group (star: the group's knee)", fontsize=10)
+    ax1.set_title(
+        "Throughput and latency against load, one curve per group (star: the group's knee)", fontsize=10
+    )
     ax1.set_ylabel(throughput_label)
     ax2.set_ylabel(latency_label)
     ax1.legend(loc="upper left", fontsize=8)
@@ -259,8 +289,14 @@ def knee_groups_plot(groups: Sequence[Mapping[str, Any]], path: Path, *, level_l
     return _save(fig, path)
 
 
-def scaling_plot(rows: Sequence[Mapping[str, Any]], peaks: Sequence[Mapping[str, Any]], bend_nodes: int | None,
-                 path: Path, *, level_label: str = "load level") -> Path:
+def scaling_plot(
+    rows: Sequence[Mapping[str, Any]],
+    peaks: Sequence[Mapping[str, Any]],
+    bend_nodes: int | None,
+    path: Path,
+    *,
+    level_label: str = "load level",
+) -> Path:
     """Scaling efficiency against node count: one line per load level (``rows``) and the peaks (bold);
     linear scaling (1.0) and the bend marked. Beside it: peak throughput against the linear ideal."""
     nodes = sorted({int(p["nodes"]) for p in peaks} | {int(r["nodes"]) for r in rows})
@@ -273,7 +309,9 @@ def scaling_plot(rows: Sequence[Mapping[str, Any]], peaks: Sequence[Mapping[str,
         ax1.plot([r["nodes"] for r in pts], [r["efficiency"] for r in pts], "o-", lw=1, ms=4,
                  color=cmap(i / max(len(levels) - 1, 1)), alpha=0.8, label=f"{level_label} {lv:g}")
     pk = [p for p in peaks if p.get("efficiency") is not None]
-    ax1.plot([p["nodes"] for p in pk], [p["efficiency"] for p in pk], "s-", color="black", lw=2.2, label="at peak")
+    ax1.plot(
+        [p["nodes"] for p in pk], [p["efficiency"] for p in pk], "s-", color="black", lw=2.2, label="at peak"
+    )
     for p in pk:
         ax1.annotate(f"{p['efficiency']:.0%}", (p["nodes"], p["efficiency"]), textcoords="offset points",
                      xytext=(5, 4), fontsize=8)
@@ -295,9 +333,16 @@ def scaling_plot(rows: Sequence[Mapping[str, Any]], peaks: Sequence[Mapping[str,
     ax1.legend(fontsize=7, loc="lower left", ncol=2)
     w = [n * 0.18 for n in nodes]
     ideal = {int(p["nodes"]): p["ideal"] for p in peaks}
-    ax2.bar([n / 1.1 for n in nodes], [ideal.get(n, 0.0) for n in nodes], width=w, color="#c7c7c7", label="linear")
-    ax2.bar([n * 1.1 for n in nodes], [next((p["peak_throughput"] for p in peaks if int(p["nodes"]) == n), 0.0)
-                                      for n in nodes], width=w, color=_COLORS["tp"], label="measured peak")
+    ax2.bar(
+        [n / 1.1 for n in nodes], [ideal.get(n, 0.0) for n in nodes], width=w, color="#c7c7c7", label="linear"
+    )
+    ax2.bar(
+        [n * 1.1 for n in nodes],
+        [next((p["peak_throughput"] for p in peaks if int(p["nodes"]) == n), 0.0) for n in nodes],
+        width=w,
+        color=_COLORS["tp"],
+        label="measured peak",
+    )
     ax2.set_ylim(bottom=0)
     ax2.set_ylabel("output tokens/s")
     ax2.set_title("Peak throughput vs linear", fontsize=10)

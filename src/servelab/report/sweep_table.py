@@ -117,8 +117,9 @@ def decision_rows(decision: dict[str, Any]) -> list[list[str]]:
 
 def render_decision(decision: dict[str, Any], console: Console) -> None:
     win = decision.get("window_s")
-    title = "decision table" + (f" (tasks/h over the common window {win[0]:,.0f}-{win[1]:,.0f} s of every run)"
-                                if win else "")
+    title = "decision table" + (
+        f" (tasks/h over the common window {win[0]:,.0f}-{win[1]:,.0f} s of every run)" if win else ""
+    )
     t = Table(title=title, title_justify="left")
     for c in DECISION_HEAD:
         t.add_column(c, justify="left" if c in ("target", "note") else "right", no_wrap=c == "target")

@@ -84,22 +84,39 @@ def _overview(summary: Mapping[str, Any]) -> Table:
     failed = req.get("failed", {})
     n_failed = sum(failed.values())
     rows = [
-        ("requests", f"{fmt(req.get('sent'))} sent, {fmt(req.get('ok'))} ok, {fmt(n_failed)} failed, "
-                     f"{fmt(req.get('cancelled'))} cancelled (+{fmt(req.get('warmup'))} warm-up)"),
-        ("throughput", f"{fmt(thr.get('requests_per_s'))} req/s, {fmt(thr.get('output_tokens_per_s'))} output "
-                       f"tok/s, {fmt(thr.get('input_tokens_per_s'))} input tok/s, "
-                       f"{fmt(thr.get('total_tokens_per_s'))} total tok/s over {fmt(thr.get('duration_s'))} s"),
-        ("tokens", f"{fmt(tok.get('input'))} input, {fmt(tok.get('output'))} output, {fmt(tok.get('cached'))} "
-                   f"cached (source: {tok.get('source', '-')}, mismatch: {fmt(tok.get('mismatch'))})"),
+        (
+            "requests",
+            f"{fmt(req.get('sent'))} sent, {fmt(req.get('ok'))} ok, {fmt(n_failed)} failed, "
+            f"{fmt(req.get('cancelled'))} cancelled (+{fmt(req.get('warmup'))} warm-up)",
+        ),
+        (
+            "throughput",
+            f"{fmt(thr.get('requests_per_s'))} req/s, {fmt(thr.get('output_tokens_per_s'))} output "
+            f"tok/s, {fmt(thr.get('input_tokens_per_s'))} input tok/s, "
+            f"{fmt(thr.get('total_tokens_per_s'))} total tok/s over {fmt(thr.get('duration_s'))} s",
+        ),
+        (
+            "tokens",
+            f"{fmt(tok.get('input'))} input, {fmt(tok.get('output'))} output, {fmt(tok.get('cached'))} "
+            f"cached (source: {tok.get('source', '-')}, mismatch: {fmt(tok.get('mismatch'))})",
+        ),
     ]
-    if sim := summary.get("simulator"):  # a prediction: which step-cost backend priced it, and how far to trust it
-        rows.append(("simulator", f"{sim.get('serving_engine', '-')} steps priced by {sim.get('backend', '-')} "
-                                  f"(fidelity: {sim.get('fidelity', '-')})"))
+    # a prediction: which step-cost backend priced it, and how far to trust it
+    if sim := summary.get("simulator"):
+        rows.append(
+            (
+                "simulator",
+                f"{sim.get('serving_engine', '-')} steps priced by {sim.get('backend', '-')} "
+                f"(fidelity: {sim.get('fidelity', '-')})",
+            )
+        )
     by_status = err.get("by_status", {})
     if n_failed:
         detail = ", ".join(f"{k} {v}" for k, v in by_status.items() if v)
         codes = ", ".join(f"HTTP {k}: {v}" for k, v in err.get("by_http_status", {}).items())
-        rows.append(("errors", f"rate {fmt_pct(err.get('rate'))}: {detail}" + (f" ({codes})" if codes else "")))
+        rows.append(
+            ("errors", f"rate {fmt_pct(err.get('rate'))}: {detail}" + (f" ({codes})" if codes else ""))
+        )
         for msg, count in err.get("top", [])[:3]:
             rows.append(("", f"{count} x {msg}"))
     else:
@@ -122,20 +139,32 @@ def _agents(summary: Mapping[str, Any]) -> Table | None:
         return None
     task, split = summary.get("task_ms") or {}, summary.get("time_split") or {}
     rows: list[tuple[str, str | Text]] = [
-        ("sessions", f"{fmt(ses.get('started'))} started, {fmt(ses.get('completed'))} completed, "
-                     f"{fmt(ses.get('accepted'))} accepted, {fmt(ses.get('failed'))} failed, "
-                     f"{fmt(ses.get('timed_out'))} timed out; {fmt(ses.get('retries'))} retries, "
-                     f"{fmt(ses.get('tool_failures'))} tool failures"),
-        ("tasks", f"{fmt(summary.get('tasks_per_hour'))} per hour; task time p50 {duration_ms(task.get('p50'))}, "
-                  f"p95 {duration_ms(task.get('p95'))}, p99 {duration_ms(task.get('p99'))} (n {fmt(task.get('n'))})"),
+        (
+            "sessions",
+            f"{fmt(ses.get('started'))} started, {fmt(ses.get('completed'))} completed, "
+            f"{fmt(ses.get('accepted'))} accepted, {fmt(ses.get('failed'))} failed, "
+            f"{fmt(ses.get('timed_out'))} timed out; {fmt(ses.get('retries'))} retries, "
+            f"{fmt(ses.get('tool_failures'))} tool failures",
+        ),
+        (
+            "tasks",
+            f"{fmt(summary.get('tasks_per_hour'))} per hour; task time p50 {duration_ms(task.get('p50'))}, "
+            f"p95 {duration_ms(task.get('p95'))}, p99 {duration_ms(task.get('p99'))} (n "
+            f"{fmt(task.get('n'))})",
+        ),
         ("time split", ", ".join(f"{k} {fmt_pct(v)}" for k, v in split.items()) or "-"),
     ]
     cost = summary.get("cost")
     if cost:
-        rows.append(("cost", f"${fmt(cost.get('per_successful_task'))} per successful task, "
-                             f"${fmt(cost.get('per_million_output_tokens'))} per million output tokens "
-                             f"(model ${fmt(cost.get('model'))}, tool ${fmt(cost.get('tool'))}, orchestration "
-                             f"${fmt(cost.get('orchestration'))}, failures ${fmt(cost.get('failure'))})"))
+        rows.append(
+            (
+                "cost",
+                f"${fmt(cost.get('per_successful_task'))} per successful task, "
+                f"${fmt(cost.get('per_million_output_tokens'))} per million output tokens "
+                f"(model ${fmt(cost.get('model'))}, tool ${fmt(cost.get('tool'))}, orchestration "
+                f"${fmt(cost.get('orchestration'))}, failures ${fmt(cost.get('failure'))})",
+            )
+        )
     return _kv_table(rows)
 
 

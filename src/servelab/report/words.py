@@ -15,19 +15,39 @@ from servelab.records.summary import dig as _get
 
 # summary keys -> what a person calls them (the unit is shown beside, never in the key)
 NAMES: dict[str, str] = {
-    "ttft_ms": "time to first token", "ttft_content_ms": "time to first visible token",
-    "itl_ms": "inter-token latency (all gaps)", "itl_request_ms": "inter-token latency (per request)",
-    "tpot_ms": "time per output token", "e2e_ms": "end-to-end latency", "ttlt_ms": "time to last token",
-    "queue_ms": "client-side queue", "lag_ms": "schedule lag", "task_ms": "task time", "model_ms": "model time",
-    "tool_ms": "tool time", "retrieval_ms": "retrieval time", "context_ms": "context building",
-    "waiting_ms": "waiting", "requests_per_s": "requests", "output_tokens_per_s": "output tokens",
-    "input_tokens_per_s": "input tokens", "total_tokens_per_s": "total tokens",
-    "goodput_requests_per_s": "goodput (requests meeting the SLO)", "duration_s": "measured window",
-    "http_error": "HTTP error", "timeout": "timed out", "disconnected": "connection lost",
-    "malformed": "malformed response", "cancelled": "cancelled", "client_error": "client error",
-    "per_successful_task": "per successful task", "per_million_output_tokens": "per million output tokens",
-    "kv_cache_usage": "KV cache usage", "requests_running": "requests running",
-    "requests_waiting": "requests waiting", "gpu_utilization": "GPU utilisation",
+    "ttft_ms": "time to first token",
+    "ttft_content_ms": "time to first visible token",
+    "itl_ms": "inter-token latency (all gaps)",
+    "itl_request_ms": "inter-token latency (per request)",
+    "tpot_ms": "time per output token",
+    "e2e_ms": "end-to-end latency",
+    "ttlt_ms": "time to last token",
+    "queue_ms": "client-side queue",
+    "lag_ms": "schedule lag",
+    "task_ms": "task time",
+    "model_ms": "model time",
+    "tool_ms": "tool time",
+    "retrieval_ms": "retrieval time",
+    "context_ms": "context building",
+    "waiting_ms": "waiting",
+    "requests_per_s": "requests",
+    "output_tokens_per_s": "output tokens",
+    "input_tokens_per_s": "input tokens",
+    "total_tokens_per_s": "total tokens",
+    "goodput_requests_per_s": "goodput (requests meeting the SLO)",
+    "duration_s": "measured window",
+    "http_error": "HTTP error",
+    "timeout": "timed out",
+    "disconnected": "connection lost",
+    "malformed": "malformed response",
+    "cancelled": "cancelled",
+    "client_error": "client error",
+    "per_successful_task": "per successful task",
+    "per_million_output_tokens": "per million output tokens",
+    "kv_cache_usage": "KV cache usage",
+    "requests_running": "requests running",
+    "requests_waiting": "requests waiting",
+    "gpu_utilization": "GPU utilisation",
 }
 ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM", "tensorrt-llm": "TensorRT-LLM",
                 "llamacpp": "llama.cpp", "llama.cpp": "llama.cpp", "servelab-sim": "servelab simulator"}
@@ -169,7 +189,9 @@ def engine_words(manifest: Mapping[str, Any]) -> str | None:
 
 def _mix_label(c: Mapping[str, Any]) -> str:
     w = str(c.get("workload") or "?")
-    return str(c.get("name") or (w.rsplit("/", 1)[-1].rsplit(".", 1)[0] if w.endswith((".yaml", ".yml")) else w))
+    return str(
+        c.get("name") or (w.rsplit("/", 1)[-1].rsplit(".", 1)[0] if w.endswith((".yaml", ".yml")) else w)
+    )
 
 
 def mix_words(config: Mapping[str, Any]) -> str:
@@ -195,7 +217,11 @@ def load_words(config: Mapping[str, Any]) -> str:
         return f"open loop, {sig(load['rate'])} {start}/s ({arrival}{burst})"
     if wl.get("kind") == "replay":
         speed = wl.get("speed") or 1
-        return f"trace replay at {sig(speed)}x" if not wl.get("rate") else f"trace replay at {sig(wl['rate'])} req/s"
+        return (
+            f"trace replay at {sig(speed)}x"
+            if not wl.get("rate")
+            else f"trace replay at {sig(wl['rate'])} req/s"
+        )
     n = load.get("concurrency")
     return f"closed loop, {count(n if n is not None else DEFAULT_CONCURRENCY)} concurrent {unit}"
 
