@@ -83,8 +83,11 @@ def drive_shard(spec: RunSpec, shard: int, control: ShardControl | None = None) 
                 control.described(res.target_facts)
             work = await prepare_work(cfg, transport, clock, sink, probe)
             res.work, res.facts = work, dict(work.facts)
-            plan = shard_plan(work.plan or plan_for(cfg, work.count_hint, work.offsets_ns, work.extra_drain_s),
-                              shard, workers)
+            plan = shard_plan(
+                work.plan or plan_for(cfg, work.count_hint, work.offsets_ns, work.extra_drain_s),
+                shard,
+                workers,
+            )
             runner = Runner(clock, plan, on_job_error=record_job_errors(clock, sink.request))
             telemetry = RunTelemetry(cfg, transport, clock) if shard == 0 else None
             job = global_job(work.job, shard, workers, journal if workers > 1 else None)
@@ -116,8 +119,14 @@ async def _barrier(control: ShardControl, clock: Clock) -> None:
         await clock.sleep(delay)
 
 
-async def _run(runner: Runner, job: Any, telemetry: RunTelemetry | None, control: ShardControl, live: LiveStats,
-               res: ShardOutcome) -> RunOutcome:
+async def _run(
+    runner: Runner,
+    job: Any,
+    telemetry: RunTelemetry | None,
+    control: ShardControl,
+    live: LiveStats,
+    res: ShardOutcome,
+) -> RunOutcome:
     loop = asyncio.get_running_loop()
     if control.handles_sigint:
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):

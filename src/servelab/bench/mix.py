@@ -64,8 +64,18 @@ def class_specs(cfg: RunConfig) -> list[tuple[MixClassConfig, SessionConfig, str
 
 def class_rows(cfg: RunConfig) -> list[dict[str, Any]]:
     """What the summary says of each class's set-up."""
-    return [{"name": c.label, "workload": c.workload, "tenant": c.tenant, "mode": c.mode, "users": c.concurrency,
-             "rate": c.rate, "sessions": c.sessions} for c in cfg.mix or []]
+    return [
+        {
+            "name": c.label,
+            "workload": c.workload,
+            "tenant": c.tenant,
+            "mode": c.mode,
+            "users": c.concurrency,
+            "rate": c.rate,
+            "sessions": c.sessions,
+        }
+        for c in cfg.mix or []
+    ]
 
 
 def tenant_notes(cfg: RunConfig) -> list[str]:
@@ -75,8 +85,10 @@ def tenant_notes(cfg: RunConfig) -> list[str]:
     named = [c.label for c in cfg.mix or [] if c.headers or c.api_key_env]
     if not named:
         return []
-    return [f"class(es) {', '.join(named)} set tenant headers or keys, which the in-process simulator does not "
-            "read (records still carry the tenant); serve it over HTTP to send them (servelab sim serve)"]
+    return [
+        f"class(es) {', '.join(named)} set tenant headers or keys, which the in-process simulator does not "
+        "read (records still carry the tenant); serve it over HTTP to send them (servelab sim serve)"
+    ]
 
 
 @dataclass
@@ -152,9 +164,20 @@ async def mix_work(cfg: RunConfig, transport: Transport, clock: Clock, sink: Rec
         warm = k < lim.warmup_requests or (intended_ns - start) < lim.warmup_s * NS_PER_S
         on_record, on_session = tags[c.index]
         try:
-            await run_session(plan, c.transport, clock, ids, on_record=on_record, texts=texts, on_session=on_session,
-                              intended_ns=intended_ns, warmup=warm, api=target.api, stream=target.stream,
-                              extra_body=dict(target.extra_body))
+            await run_session(
+                plan,
+                c.transport,
+                clock,
+                ids,
+                on_record=on_record,
+                texts=texts,
+                on_session=on_session,
+                intended_ns=intended_ns,
+                warmup=warm,
+                api=target.api,
+                stream=target.stream,
+                extra_body=dict(target.extra_body),
+            )
         except (ServelabError, asyncio.CancelledError):
             raise
         except Exception as exc:  # noqa: BLE001 - recorded as a failed request; the user goes on
@@ -227,7 +250,9 @@ async def mix_work(cfg: RunConfig, transport: Transport, clock: Clock, sink: Rec
     return Work(job, count_hint=users, summarize=summarize, facts=facts, plan=plan, aclose=aclose)
 
 
-def mix_summary(cfg: RunConfig, facts: dict[str, Any], records: RunRecords, outcome: RunOutcome) -> dict[str, Any]:
+def mix_summary(
+    cfg: RunConfig, facts: dict[str, Any], records: RunRecords, outcome: RunOutcome
+) -> dict[str, Any]:
     """The mix's part of the summary: the run's tasks (all classes) and ``classes`` (each class's figures)."""
     sessions = records.sessions if records.sessions is not None else []
     duration_s = (outcome.ended_ns - outcome.started_ns) / NS_PER_S

@@ -75,7 +75,8 @@ def execute_mix(cfg: RunConfig, *, argv: list[str] | None = None, progress: bool
 
 
 def add_interference(result: RunResult, alone_summary: dict[str, Any], *, report: bool) -> None:
-    """Put ``interference`` into the mixed run's summary (in memory and summary.json) and redraw its report."""
+    """Put ``interference`` into the mixed run's summary (in memory and summary.json) and redraw its
+    report."""
     cfg = result.config
     assert cfg.mix
     first = cfg.mix[0].label

@@ -16,8 +16,9 @@ from servelab.load.runner import RunPlan
 def plan_for(cfg: RunConfig, count_hint: int | None = None,
              offsets_ns: Sequence[int] | npt.NDArray[np.int64] | None = None,
              extra_drain_s: float = 0.0) -> RunPlan:
-    """The runner's plan. ``offsets_ns`` (a workload's own schedule, e.g. a trace replay) wins over the load's;
-    ``extra_drain_s`` (how long one job may legitimately run, e.g. a replayed session) adds to the drain."""
+    """The runner's plan. ``offsets_ns`` (a workload's own schedule, e.g. a trace replay) wins over the
+    load's; ``extra_drain_s`` (how long one job may legitimately run, e.g. a replayed session) adds to the
+    drain."""
     load, lim = cfg.load, cfg.limits
     if cfg.is_agent:
         max_jobs = lim.sessions if lim.sessions is not None else count_hint

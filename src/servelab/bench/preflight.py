@@ -79,8 +79,10 @@ def check_served(cfg: RunConfig, facts: dict[str, Any]) -> None:
     listing_error = facts.get("models_error")
     if wanted is None and not served:
         why = f" ({listing_error})" if listing_error else " (it lists none)"
-        raise TargetError(f"no --model given and {cfg.target.url}/models does not say which model it serves{why}",
-                          hint="pass --model NAME (the name the server serves the model under)")
+        raise TargetError(
+            f"no --model given and {cfg.target.url}/models does not say which model it serves{why}",
+            hint="pass --model NAME (the name the server serves the model under)",
+        )
     if wanted is not None and served and wanted not in served:
         raise TargetError(f"model {wanted!r} is not served by {cfg.target.url}; it serves: "
                           + ", ".join(repr(m) for m in served[:20]) + ("..." if len(served) > 20 else ""),
@@ -130,10 +132,12 @@ def check_context(cfg: RunConfig, facts: dict[str, Any]) -> None:
         return
     prompt, output = longest
     if prompt + output > limit:
-        raise ConfigError(f"requests of up to {prompt} prompt + {output} output = {prompt + output} tokens do not "
-                          f"fit the served context of {limit} tokens (max_model_len): the server would refuse them",
-                          hint="lower --input-tokens/--output-tokens, or pass --allow-over-context to send them "
-                          "anyway and measure the refusals")
+        raise ConfigError(
+            f"requests of up to {prompt} prompt + {output} output = {prompt + output} tokens do not "
+            f"fit the served context of {limit} tokens (max_model_len): the server would refuse them",
+            hint="lower --input-tokens/--output-tokens, or pass --allow-over-context to send them "
+            "anyway and measure the refusals",
+        )
 
 
 def preflight(cfg: RunConfig, facts: dict[str, Any]) -> None:

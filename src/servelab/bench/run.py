@@ -47,8 +47,10 @@ def _workers_for(cfg: RunConfig, ex: Executor) -> tuple[int, str | None]:
     """(shards, why fewer than asked). The simulator runs on virtual time: one deterministic process."""
     w = ex.workers
     if cfg.target.is_sim and (w > 1 or ex.ray_address is not None):
-        return 1, ("the in-process simulator runs on virtual time, one deterministic event loop, so it is not "
-                   "sharded (to load it from several workers, serve it: servelab sim serve)")
+        return 1, (
+            "the in-process simulator runs on virtual time, one deterministic event loop, so it is not "
+            "sharded (to load it from several workers, serve it: servelab sim serve)"
+        )
     c, n = cfg.load.concurrency, (cfg.limits.sessions if cfg.is_agent else cfg.limits.requests)
     if cfg.load.rate is None and c is not None and c < w:
         return c, f"{w} workers asked but only {c} concurrent users: {c} workers"
@@ -123,8 +125,14 @@ def _drive_all(spec: RunSpec, ex: Executor, live: LiveStats, manifest: dict[str,
     from servelab.load import executors
 
     if spec.executor == "ray":
-        outs = executors.run_ray(drive_shard, spec, spec.workers, failed=_failed, address=ex.ray_address or None,
-                                 on_report=on_report)
+        outs = executors.run_ray(
+            drive_shard,
+            spec,
+            spec.workers,
+            failed=_failed,
+            address=ex.ray_address or None,
+            on_report=on_report,
+        )
     else:
         outs = executors.run_processes(drive_shard, spec, spec.workers, failed=_failed, on_report=on_report)
     for o in outs:
@@ -146,13 +154,16 @@ def execute(
     """Run ``cfg`` and write its run directory; returns the summary. Raises ServelabError on bad input."""
     ex = executor or Executor()
     created = run_dir is None
-    spec, manifest, warnings = plan_run(cfg, argv=argv, run_dir=run_dir, manifest_extra=manifest_extra, executor=ex)
+    spec, manifest, warnings = plan_run(
+        cfg, argv=argv, run_dir=run_dir, manifest_extra=manifest_extra, executor=ex
+    )
     live = LiveStats(cfg.load.mode)
     with _progress_display(progress, live, cfg):
         try:
             shards = _drive_all(spec, ex, live, manifest)
         except BaseException:
-            if created:  # a start that failed (bad input found late, Ctrl-C before any request) leaves nothing
+            # a start that failed (bad input found late, Ctrl-C before any request) leaves nothing
+            if created:
                 preflight.discard_failed_start(spec.run_dir)
             raise
     with ending.finishing() as ctrl_c:  # a Ctrl-C now must not lose what was measured
@@ -172,6 +183,10 @@ def _progress_display(enabled: bool, live: LiveStats, cfg: RunConfig):
     from servelab.report.progress import progress_display
 
     limits = cfg.limits
-    with progress_display(live, requests=None if cfg.is_agent else limits.requests, duration_s=limits.duration_s,
-                          label="agent run" if cfg.is_agent else "run"):
+    with progress_display(
+        live,
+        requests=None if cfg.is_agent else limits.requests,
+        duration_s=limits.duration_s,
+        label="agent run" if cfg.is_agent else "run",
+    ):
         yield

@@ -39,9 +39,20 @@ async def sessions_work(cfg: RunConfig, transport: Transport, clock: Clock, sink
 
     async def job(index: int, intended_ns: int, warmup: bool) -> None:
         plan = build_plan(spec, index, cfg.seed)
-        await run_session(plan, transport, clock, ids, on_record=sink.request, texts=texts, on_session=sink.session,
-                          intended_ns=intended_ns, warmup=warmup, api=target.api, stream=target.stream,
-                          extra_body=dict(target.extra_body))
+        await run_session(
+            plan,
+            transport,
+            clock,
+            ids,
+            on_record=sink.request,
+            texts=texts,
+            on_session=sink.session,
+            intended_ns=intended_ns,
+            warmup=warmup,
+            api=target.api,
+            stream=target.stream,
+            extra_body=dict(target.extra_body),
+        )
 
     def summarize(records: RunRecords, outcome: RunOutcome) -> dict[str, Any]:
         return sessions_summary(cfg, {"profile": name}, records, outcome)

@@ -85,7 +85,9 @@ def shard_plan(plan: RunPlan, w: int, workers: int) -> RunPlan:
     warm = _count(plan.warmup_jobs, w, workers)
     max_jobs = None if plan.max_jobs is None else _count(plan.max_jobs, w, workers)
     if plan.offsets_ns is not None:
-        return replace(plan, offsets_ns=list(plan.offsets_ns[w::workers]), max_jobs=max_jobs, warmup_jobs=warm)
+        return replace(
+            plan, offsets_ns=list(plan.offsets_ns[w::workers]), max_jobs=max_jobs, warmup_jobs=warm
+        )
     return replace(plan, concurrency=split_concurrency(plan.concurrency or 1, workers)[w], max_jobs=max_jobs,
                    warmup_jobs=warm)
 
@@ -110,7 +112,9 @@ def merge_outcomes(outcomes: list[RunOutcome]) -> RunOutcome:
     shard was; event-loop lag samples pooled (their p99 is the run's)."""
     if not outcomes:
         return RunOutcome(started_ns=0, stopped_by="interrupt")
-    out = RunOutcome(started_ns=min(o.started_ns for o in outcomes), ended_ns=max(o.ended_ns for o in outcomes))
+    out = RunOutcome(
+        started_ns=min(o.started_ns for o in outcomes), ended_ns=max(o.ended_ns for o in outcomes)
+    )
     for o in outcomes:
         out.issued += o.issued
         out.completed += o.completed

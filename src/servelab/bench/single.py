@@ -34,8 +34,16 @@ def single_turn_job(cfg: RunConfig, plans: object, transport: Transport, sink: R
         try:
             rec = await transport.send(req)
         except asyncio.CancelledError:
-            sink.request(RequestRecord(request_id=index, warmup=warmup, status=CANCELLED, intended_ns=intended_ns,
-                                       est_prompt_tokens=p.est_prompt_tokens, requested_output_tokens=p.max_tokens))
+            sink.request(
+                RequestRecord(
+                    request_id=index,
+                    warmup=warmup,
+                    status=CANCELLED,
+                    intended_ns=intended_ns,
+                    est_prompt_tokens=p.est_prompt_tokens,
+                    requested_output_tokens=p.max_tokens,
+                )
+            )
             raise
         rec.output_text = ""  # single-turn runs never read the text again: do not hold it for the run
         sink.request(rec)

@@ -45,7 +45,9 @@ class RunTelemetry:
                 async def fetch_nvml() -> list[Sample]:  # samples already: nothing to parse
                     return nvml.sample()
 
-                self.scrapers.append(Scraper(fetch_nvml, clock, self.rows, source="nvml", interval_s=interval))
+                self.scrapers.append(
+                    Scraper(fetch_nvml, clock, self.rows, source="nvml", interval_s=interval)
+                )
 
     async def start(self) -> None:
         """Baselines first: a counter's delta must not miss what the first requests add."""

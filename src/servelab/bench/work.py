@@ -37,8 +37,10 @@ class Work:
     facts: dict[str, Any] = field(default_factory=dict)
     offsets_ns: Sequence[int] | None = None  # an open-loop schedule of its own (a trace replay)
     extra_drain_s: float = 0.0  # how long a job may legitimately run after it starts (a replayed session)
-    plan: RunPlan | None = None  # a plan of its own (a mix: one job per user of every class), else the config's
-    aclose: Callable[[], Awaitable[None]] | None = None  # what it opened itself (a mix's per-tenant transports)
+    # a plan of its own (a mix: one job per user of every class), else the config's
+    plan: RunPlan | None = None
+    # what it opened itself (a mix's per-tenant transports)
+    aclose: Callable[[], Awaitable[None]] | None = None
 
 
 def shard_ids(sink: Any) -> tuple[int, int]:

@@ -29,7 +29,9 @@ async def requests_work(cfg: RunConfig, transport: Transport, clock: Clock, sink
     def summarize(records: RunRecords, outcome: RunOutcome) -> dict[str, Any]:
         return requests_summary(cfg, {"token_source": source}, records, outcome)
 
-    return Work(single_turn_job(cfg, plans, transport, sink), summarize=summarize, facts={"token_source": source})
+    return Work(
+        single_turn_job(cfg, plans, transport, sink), summarize=summarize, facts={"token_source": source}
+    )
 
 
 def requests_summary(cfg: RunConfig, facts: dict[str, Any], records: RunRecords, outcome: RunOutcome
