@@ -173,11 +173,16 @@ class LivePlan:
         t: LiveTool = self._specs.get(name, self._default)
         draw = self._draw
         return Action(
-            kind="tool", name=name or "tool",
+            kind="tool",
+            name=name or "tool",
             durations_s=tuple(max(0.0, draw(t.duration_s)) for _ in range(self._attempts)),
             failures=tuple(bool(x) for x in draw.rng.random(self._attempts) < t.failure_prob),
-            result_tokens=draw.tokens(t.result_tokens), error_tokens=draw.tokens(t.error_tokens),
-            timeout_s=t.timeout_s, command=tuple(t.command) if t.command else None, url=t.url, method=t.method,
+            result_tokens=draw.tokens(t.result_tokens),
+            error_tokens=draw.tokens(t.error_tokens),
+            timeout_s=t.timeout_s,
+            command=tuple(t.command) if t.command else None,
+            url=t.url,
+            method=t.method,
             body=t.body,
         )
 
@@ -269,15 +274,24 @@ def _unroll(steps: list, draw: _Draw, spec: SessionConfig, out: list[PlanStep], 
                 _unroll(s.steps, draw, spec, out, f"{where}.steps")
         else:
             fails = tuple(bool(x) for x in draw.rng.random(attempts) < s.failure_prob)
-            out.append(Action(
-                kind=s.kind, name=s.name or where,
-                durations_s=tuple(max(0.0, draw(s.duration_s)) for _ in range(attempts)),
-                failures=fails, result_tokens=draw.tokens(s.result_tokens), error_tokens=draw.tokens(s.error_tokens),
-                correction_tokens=tuple(draw.tokens(corr.output_tokens, 1) if f else 0 for f in fails)
-                if corr.enabled else (),
-                timeout_s=s.timeout_s, command=tuple(s.command) if s.command else None, url=s.url,
-                method=s.method, body=s.body,
-            ))
+            out.append(
+                Action(
+                    kind=s.kind,
+                    name=s.name or where,
+                    durations_s=tuple(max(0.0, draw(s.duration_s)) for _ in range(attempts)),
+                    failures=fails,
+                    result_tokens=draw.tokens(s.result_tokens),
+                    error_tokens=draw.tokens(s.error_tokens),
+                    correction_tokens=tuple(draw.tokens(corr.output_tokens, 1) if f else 0 for f in fails)
+                    if corr.enabled
+                    else (),
+                    timeout_s=s.timeout_s,
+                    command=tuple(s.command) if s.command else None,
+                    url=s.url,
+                    method=s.method,
+                    body=s.body,
+                )
+            )
         if len(out) > MAX_PLAN_STEPS:
             raise ConfigError(
                 f"session '{spec.name}' unrolls to more than {MAX_PLAN_STEPS} steps at {where}",

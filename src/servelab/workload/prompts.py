@@ -203,7 +203,11 @@ class PromptSynthesizer:
         left = budget - self._cost_of(idx, lead=lead)
         if not idx and left > 0:  # the first word of a text costs its lead cost
             leads = self._leads
-            i = int(leads[rng.integers(len(leads))]) if lead else int(self._usable[rng.integers(len(self._usable))])
+            i = (
+                int(leads[rng.integers(len(leads))])
+                if lead
+                else int(self._usable[rng.integers(len(self._usable))])
+            )
             idx.append(i)
             left -= self._lead[i] if lead else self._follow[i]
         max_cost = float(self._sorted_costs[-1])
@@ -247,7 +251,9 @@ class PromptSynthesizer:
             return Prompt(" ".join(map(self.words.__getitem__, idx)), max(1, round(predicted)), target)
         return self._checked(idx, len(tag), target, lead, rng)
 
-    def _checked(self, idx: list[int], keep: int, target: int, lead: bool, rng: np.random.Generator) -> Prompt:
+    def _checked(
+        self, idx: list[int], keep: int, target: int, lead: bool, rng: np.random.Generator
+    ) -> Prompt:
         """Measure with the in-process counter; top up or trim a few times; keep the closest."""
         best: tuple[int, list[int], int] | None = None
         for _ in range(4):

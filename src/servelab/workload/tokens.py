@@ -143,7 +143,9 @@ def find_tokenizer_file(spec: str) -> Path:
     for cache in _hf_cache_dirs():
         snaps = cache / repo_dir / "snapshots"
         looked.append(str(snaps))
-        found = sorted(snaps.glob("*/tokenizer.json"), key=lambda f: f.stat().st_mtime) if snaps.is_dir() else []
+        found = (
+            sorted(snaps.glob("*/tokenizer.json"), key=lambda f: f.stat().st_mtime) if snaps.is_dir() else []
+        )
         if found:
             return found[-1]
     raise ConfigError(

@@ -30,7 +30,11 @@ def _parse_timestamp(text: str, days: dict[str, int], path: Path, line: int) -> 
         hms, _, frac = time_part.partition(".")
         h, mi, s = hms.split(":")
         hh, mm, ss = int(h), int(mi), int(s)
-        if not (0 <= hh < 24 and 0 <= mm < 60 and 0 <= ss < 61) or len(frac) > 9 or (frac and not frac.isdigit()):
+        if (
+            not (0 <= hh < 24 and 0 <= mm < 60 and 0 <= ss < 61)
+            or len(frac) > 9
+            or (frac and not frac.isdigit())
+        ):
             raise ValueError
         frac_ns = int(frac.ljust(9, "0")) if frac else 0
     except ValueError:
@@ -65,9 +69,12 @@ def load_azure(path: str | Path) -> Trace:
         missing = [c for c in COLUMNS if c not in header]
         if missing:
             raise fail(
-                path, 1, f"CSV header lacks column(s) {', '.join(missing)}; expected {','.join(COLUMNS)}, "
+                path,
+                1,
+                f"CSV header lacks column(s) {', '.join(missing)}; expected {','.join(COLUMNS)}, "
                 f"got {','.join(header)}",
-                hint="pass the Azure LLM inference trace (AzureLLMInferenceTrace_*.csv) or choose another format",
+                hint="pass the Azure LLM inference trace (AzureLLMInferenceTrace_*.csv) or choose another "
+                "format",
             )
         i_ts, i_in, i_out = (header.index(c) for c in COLUMNS)
         width = max(i_ts, i_in, i_out) + 1

@@ -151,13 +151,17 @@ MAX_TRACE_TOKENS = 10_000_000
 def _check_bounds(reqs: list[TraceRequest], source: str) -> None:
     where = source or "trace"
     if reqs and (reqs[0].t_offset_ns < 0 or reqs[-1].t_offset_ns > MAX_SPAN_NS):
-        raise TraceError(f"{where}: its timestamps span {(reqs[-1].t_offset_ns - reqs[0].t_offset_ns) / NS_PER_S:.3g} s,"
-                         f" more than the {MAX_SPAN_NS / NS_PER_S:.3g} s a replay can schedule",
-                         hint="check the time field's unit (seconds expected) or cut a window with --start/--duration")
+        raise TraceError(
+            f"{where}: its timestamps span {(reqs[-1].t_offset_ns - reqs[0].t_offset_ns) / NS_PER_S:.3g} s,"
+            f" more than the {MAX_SPAN_NS / NS_PER_S:.3g} s a replay can schedule",
+            hint="check the time field's unit (seconds expected) or cut a window with --start/--duration",
+        )
     for i, r in enumerate(reqs):
         if r.input_tokens > MAX_TRACE_TOKENS or r.output_tokens > MAX_TRACE_TOKENS:
-            raise TraceError(f"{where}: request {i} (at {r.t_offset_ns / NS_PER_S:g} s) asks for {r.input_tokens} input "
-                             f"and {r.output_tokens} output tokens; at most {MAX_TRACE_TOKENS:,} each are possible")
+            raise TraceError(
+                f"{where}: request {i} (at {r.t_offset_ns / NS_PER_S:g} s) asks for {r.input_tokens} input "
+                f"and {r.output_tokens} output tokens; at most {MAX_TRACE_TOKENS:,} each are possible"
+            )
 
 
 def fail(path: str | Path, line: int | None, what: str, *, hint: str | None = None) -> TraceError:

@@ -60,7 +60,8 @@ def expand_paths(path: str | Path, pattern: str = "*.json") -> list[Path]:
 
 
 class _Ids:
-    """Renumbers hash ids so that ids of different files never collide (equal ids within a file stay equal)."""
+    """Renumbers hash ids so that ids of different files never collide (equal ids within a file stay
+    equal)."""
 
     __slots__ = ("_map",)
 
@@ -128,7 +129,9 @@ class _SessionReader:
                 raise fail(self.path, None, f"{at}: missing field {k!r} (token count)")
         hash_ids = e.get("hash_ids")
         if hash_ids is not None:
-            hash_ids = self.ids.remap(self.file_index, want_hash_ids(hash_ids, self.path, None, f"{at}.hash_ids"))
+            hash_ids = self.ids.remap(
+                self.file_index, want_hash_ids(hash_ids, self.path, None, f"{at}.hash_ids")
+            )
         think = e.get("think_time")
         api = e.get("api_time")
         return TraceRequest(
@@ -165,12 +168,16 @@ def load_claude_code(path: str | Path, *, stagger_s: float = 0.0) -> Trace:
         except OSError as e:
             raise fail(f, None, f"cannot read the session file: {e.strerror}") from None
         if not isinstance(data, dict) or "requests" not in data:
-            raise fail(f, None, "expected a session object with a 'requests' list (kv-cache-tester trace format)")
+            raise fail(
+                f, None, "expected a session object with a 'requests' list (kv-cache-tester trace format)"
+            )
         block = want_int(data.get("block_size", 64), f, None, "block_size", minimum=1)
         block_sizes.add(block)
         sid = str(data.get("id") or f.stem)
         if sid in sessions:
-            raise fail(f, None, f"session id {sid!r} appears in two files", hint="load each session file once")
+            raise fail(
+                f, None, f"session id {sid!r} appears in two files", hint="load each session file once"
+            )
         reader = _SessionReader(f, k, ids, block)
         reader.sessions[sid] = TraceSession(session_id=sid, requests=[])
         reader.read(data["requests"], "requests", sid, None, round(k * stagger_s * NS_PER_S))

@@ -38,8 +38,10 @@ def load_mt_bench(path: str | Path, *, output_tokens: int = DEFAULT_OUTPUT_TOKEN
         turns = obj.get("turns")
         if qid is None or not isinstance(turns, list) or not turns:
             raise fail(
-                path, line,
-                'expected {"question_id": N, "category": "...", "turns": ["first message", "second message"]}',
+                path,
+                line,
+                'expected {"question_id": N, "category": "...", "turns": ["first message", "second '
+                'message"]}',
             )
         sid = f"mt-bench/{qid}"
         if sid in info:

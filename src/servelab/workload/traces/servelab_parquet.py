@@ -43,7 +43,9 @@ def load_servelab(path: str | Path, *, include_warmup: bool = False) -> Trace:
     if "usage_prompt_tokens" not in schema.names and "est_prompt_tokens" not in schema.names:
         missing.append("usage_prompt_tokens or est_prompt_tokens")
     if missing:
-        raise fail(path, None, f"missing column(s) {', '.join(missing)}; expected a servelab requests.parquet")
+        raise fail(
+            path, None, f"missing column(s) {', '.join(missing)}; expected a servelab requests.parquet"
+        )
     table = pq.read_table(path, columns=[c for c in REQUIRED + OPTIONAL if c in schema.names])
     n = table.num_rows
     col = {name: _column(table, name, n) for name in REQUIRED + OPTIONAL}
@@ -66,8 +68,11 @@ def load_servelab(path: str | Path, *, include_warmup: bool = False) -> Trace:
         if prompt is None:
             prompt = col["est_prompt_tokens"][i]
         if prompt is None:
-            raise fail(path, None, f"row {row}: no prompt token count (usage_prompt_tokens and est_prompt_tokens "
-                       "are both null)")
+            raise fail(
+                path,
+                None,
+                f"row {row}: no prompt token count (usage_prompt_tokens and est_prompt_tokens are both null)",
+            )
         done = col["usage_completion_tokens"][i]
         if done is None:
             done = col["est_completion_tokens"][i]

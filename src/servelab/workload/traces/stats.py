@@ -185,6 +185,9 @@ def ks_interarrival(gaps_a: Sequence[float] | np.ndarray, gaps_b: Sequence[float
             raise ValueError("cannot normalize a gap sample whose mean is 0")
         a = a / a.mean()
         b = b / b.mean()
-    # exact p-values for small samples; the asymptotic distribution beyond (exact is slow and may not converge)
+    # exact p-values for small samples; the asymptotic distribution beyond (exact is slow and may not
+    # converge)
     res = ks_2samp(a, b, method="exact" if max(a.size, b.size) <= 1000 else "asymp")
-    return KSResult(statistic=float(res.statistic), pvalue=float(res.pvalue), n_a=int(a.size), n_b=int(b.size))
+    return KSResult(
+        statistic=float(res.statistic), pvalue=float(res.pvalue), n_a=int(a.size), n_b=int(b.size)
+    )

@@ -123,7 +123,9 @@ def retime(trace: Trace, speed: float | None = None, rate: float | None = None, 
         replace(
             r,
             t_offset_ns=round(r.t_offset_ns / speed),
-            think_time_s=r.think_time_s / speed if scale_think and r.think_time_s is not None else r.think_time_s,
+            think_time_s=r.think_time_s / speed
+            if scale_think and r.think_time_s is not None
+            else r.think_time_s,
         )
         for r in trace.requests
     ]
