@@ -30,8 +30,11 @@ def _task_ends(run_dir: Path, started_ns: int) -> np.ndarray:
     if not path.exists():
         return np.array([])
     t = pq.read_table(path, columns=["status", "accepted", "warmup", "end_ns"]).to_pydict()
-    ends = [(e - started_ns) / 1e9 for s, a, w, e in zip(t["status"], t["accepted"], t["warmup"], t["end_ns"],
-                                                         strict=True) if s == "ok" and a and not w and e is not None]
+    ends = [
+        (e - started_ns) / 1e9
+        for s, a, w, e in zip(t["status"], t["accepted"], t["warmup"], t["end_ns"], strict=True)
+        if s == "ok" and a and not w and e is not None
+    ]
     return np.asarray(ends, dtype=np.float64)
 
 

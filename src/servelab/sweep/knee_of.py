@@ -75,7 +75,11 @@ def knees_for(points: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[
     ok = [e for e in points if e.get("status") == "ok"]
     axis = knee_axis(ok)
     if axis is None:
-        return [], None, "no finished points with a numeric swept axis (load level, max_num_seqs, any --set key)"
+        return (
+            [],
+            None,
+            "no finished points with a numeric swept axis (load level, max_num_seqs, any --set key)",
+        )
     groups: dict[str, list[dict[str, Any]]] = {}
     for e in ok:
         if not _numeric((e.get("params") or {}).get(axis)):
@@ -98,7 +102,8 @@ def knees_for(points: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[
 
 def split_for(points: list[dict[str, Any]], slo: Any) -> list[dict[str, Any]]:
     """Split-traffic numbers per group of a max-num-seqs sweep (see
-    :func:`servelab.analysis.knee.split_endpoints`); [] when the sweep is not over max_num_seqs or sets no SLO."""
+    :func:`servelab.analysis.knee.split_endpoints`); [] when the sweep is not over max_num_seqs or sets no
+    SLO."""
     from servelab.analysis.knee import split_endpoints
 
     ok = [e for e in points if e.get("status") == "ok"]
@@ -108,10 +113,17 @@ def split_for(points: list[dict[str, Any]], slo: Any) -> list[dict[str, Any]]:
     knees, _, _ = knees_for(points)
     out = []
     for g in knees:
-        members = sorted((e for e in ok if {k: v for k, v in e["params"].items() if k != axis} == g["params"]),
-                         key=lambda e: float(e["params"][axis]))
-        res = split_endpoints([float(e["params"][axis]) for e in members], [e["summary"] for e in members], slo,
-                              (g["knee"] or {}).get("level"), axis)
+        members = sorted(
+            (e for e in ok if {k: v for k, v in e["params"].items() if k != axis} == g["params"]),
+            key=lambda e: float(e["params"][axis]),
+        )
+        res = split_endpoints(
+            [float(e["params"][axis]) for e in members],
+            [e["summary"] for e in members],
+            slo,
+            (g["knee"] or {}).get("level"),
+            axis,
+        )
         if res is not None:
             out.append({"params": g["params"], **res})
     return out

@@ -54,8 +54,16 @@ def for_slot(cfg: RunConfig, server: Any, slot: int | None, *, base: dict[str, A
     return cfg, server
 
 
-def run_points(work: list[tuple[int, Any, RunConfig]], run_one: Callable[..., dict[str, Any]], args: tuple[Any, ...],
-               *, parallel: int, ray_address: str | None, on_done: Done, out_of_budget: Callable[[], bool]) -> None:
+def run_points(
+    work: list[tuple[int, Any, RunConfig]],
+    run_one: Callable[..., dict[str, Any]],
+    args: tuple[Any, ...],
+    *,
+    parallel: int,
+    ray_address: str | None,
+    on_done: Done,
+    out_of_budget: Callable[[], bool],
+) -> None:
     """Run ``run_one(*args, point, cfg, slot)`` for each (position, point, cfg), ``parallel`` at once."""
     if ray_address is not None:
         _run_ray(work, run_one, args, parallel=parallel, address=ray_address, on_done=on_done,
@@ -97,12 +105,22 @@ def _result(f: Any, work: list[tuple[int, Any, RunConfig]], i: int) -> dict[str,
                 "run_dir": None, "summary": None, "error": f"worker failed: {type(e).__name__}: {e}"}
 
 
-def _run_ray(work: list[tuple[int, Any, RunConfig]], run_one: Callable[..., dict[str, Any]], args: tuple[Any, ...],
-             *, parallel: int, address: str, on_done: Done, out_of_budget: Callable[[], bool]) -> None:
+def _run_ray(
+    work: list[tuple[int, Any, RunConfig]],
+    run_one: Callable[..., dict[str, Any]],
+    args: tuple[Any, ...],
+    *,
+    parallel: int,
+    address: str,
+    on_done: Done,
+    out_of_budget: Callable[[], bool],
+) -> None:
     import ray
 
     if not ray.is_initialized():
-        ray.init(address=address or None, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        ray.init(
+            address=address or None, include_dashboard=False, log_to_driver=False, configure_logging=False
+        )
     task = ray.remote(num_cpus=1, max_retries=0)(run_one)
     free = list(range(parallel))
     running: dict[Any, tuple[int, int]] = {}

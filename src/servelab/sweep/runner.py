@@ -91,7 +91,8 @@ DEFAULT_SIM_SPEC = "sim:sim-tiny@1xh100"
 
 
 def _with_sim_keys(url: str, keys: dict[str, Any]) -> str:
-    """``sim:MODEL@NxHW,a=1`` with ``keys`` set (replacing the same keys); plain ``sim`` is its default spec."""
+    """``sim:MODEL@NxHW,a=1`` with ``keys`` set (replacing the same keys); plain ``sim`` is its default
+    spec."""
     spec = DEFAULT_SIM_SPEC if url == "sim" else url
     if spec.lower().endswith((".yaml", ".yml")):
         raise ConfigError(f"cannot sweep simulator keys {sorted(keys)} over a deployment file ({spec})",
@@ -118,7 +119,9 @@ def run_sweep(spec: SweepSpec, say: Callable[[str], None] = lambda s: None) -> t
         done = {e["key"]: e for e in state["points"] if st.finished_point(sweep_dir, e)}
     else:
         sweep_dir = create_run_dir(spec.out, (spec.name or "") + "-sweep" if spec.name else "sweep")
-        state = st.new_state(redact(spec.axes), redact(spec.base), redact_argv(spec.argv), utc_now_iso(), spec.budget_s)
+        state = st.new_state(
+            redact(spec.axes), redact(spec.base), redact_argv(spec.argv), utc_now_iso(), spec.budget_s
+        )
         done = {}
     state["points"] = [done.get(p.key) or _entry(p, "pending") for p in points]
     st.save(sweep_dir, state)
@@ -176,8 +179,15 @@ def _run_parallel(sweep_dir: Path, spec: SweepSpec, points: list[Point], configs
         say(f"[{i + 1}/{len(points)}] {points[i].key}: {entry['status']} in {entry.get('wall_s', 0):.1f} s")
         st.save(sweep_dir, state)
 
-    run_points(work, run_point_task, (sweep_dir, spec), parallel=max(1, spec.parallel), ray_address=spec.ray_address,
-               on_done=on_done, out_of_budget=out_of_budget)
+    run_points(
+        work,
+        run_point_task,
+        (sweep_dir, spec),
+        parallel=max(1, spec.parallel),
+        ray_address=spec.ray_address,
+        on_done=on_done,
+        out_of_budget=out_of_budget,
+    )
     for i, p in enumerate(points):
         if state["points"][i]["status"] == "pending" and out_of_budget():
             state["points"][i] = _entry(p, "skipped", error="time budget exhausted")
@@ -194,8 +204,11 @@ def _entry(p: Point, status: str, **kw: Any) -> dict[str, Any]:
             "run_dir": None, "summary": None, "error": None, **kw}
 
 
-def _run_point(sweep_dir: Path, p: Point, cfg: RunConfig, spec: SweepSpec, slot: int | None = None) -> dict[str, Any]:
-    """One point (in this process, a worker process or a Ray task; ``slot``: its parallel slot's port/GPUs)."""
+def _run_point(
+    sweep_dir: Path, p: Point, cfg: RunConfig, spec: SweepSpec, slot: int | None = None
+) -> dict[str, Any]:
+    """One point (in this process, a worker process or a Ray task; ``slot``: its parallel slot's
+    port/GPUs)."""
     from servelab.sweep.parallel import for_slot
 
     cfg, server_spec = for_slot(cfg, spec.server, slot, base=spec.base, params=p.params)
@@ -208,9 +221,13 @@ def _run_point(sweep_dir: Path, p: Point, cfg: RunConfig, spec: SweepSpec, slot:
     server = None
     try:
         if server_spec is not None:
-            argv = render_command(server_spec.command, {**server_spec.variables, **_template_values(cfg), **p.params})
+            argv = render_command(
+                server_spec.command, {**server_spec.variables, **_template_values(cfg), **p.params}
+            )
             extra["server"] = {"command_line": redact_argv(argv), "log": "server.log"}
-            server = ServerProcess(argv, run_dir / "server.log", server_spec.health_url, server_spec.startup_timeout_s)
+            server = ServerProcess(
+                argv, run_dir / "server.log", server_spec.health_url, server_spec.startup_timeout_s
+            )
             t_srv = time.monotonic()
             server.start()
             extra["server"]["ready_s"] = time.monotonic() - t_srv  # start-up is part of a topology's cost
@@ -225,13 +242,17 @@ def _run_point(sweep_dir: Path, p: Point, cfg: RunConfig, spec: SweepSpec, slot:
     except ServelabError as e:
         return _entry(p, "failed", run_dir=p.key, error=str(e), wall_s=time.monotonic() - t)
     except Exception as e:  # noqa: BLE001 - one broken point must not end the sweep
-        return _entry(p, "failed", run_dir=p.key, error=f"{type(e).__name__}: {e}", wall_s=time.monotonic() - t)
+        return _entry(
+            p, "failed", run_dir=p.key, error=f"{type(e).__name__}: {e}", wall_s=time.monotonic() - t
+        )
     finally:
         if server is not None:
             server.stop()
 
 
-def _point_accuracy(spec: SweepSpec, cfg: RunConfig, server: dict[str, Any] | None, run_dir: Path) -> dict[str, Any]:
+def _point_accuracy(
+    spec: SweepSpec, cfg: RunConfig, server: dict[str, Any] | None, run_dir: Path
+) -> dict[str, Any]:
     """Accuracy of this point's serving setup (computed once per setup), judged against the first setup."""
     from servelab.accuracy.compare import flag_quality_drop
     from servelab.accuracy.dataset import load_dataset

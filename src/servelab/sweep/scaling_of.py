@@ -35,4 +35,8 @@ def scaling_for(sweep_dir: Path, points: list[dict[str, Any]]) -> dict[str, Any]
         curve[float(e["level"])] = max(float(tput), curve.get(float(e["level"]), 0.0))
     if len(topologies) < 2:
         return None
-    return {"rows": scaling_rows(topologies), "peaks": peak_scaling(topologies), "bend": scaling_bend(topologies)}
+    return {
+        "rows": scaling_rows(topologies),
+        "peaks": peak_scaling(topologies),
+        "bend": scaling_bend(topologies),
+    }

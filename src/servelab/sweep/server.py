@@ -18,8 +18,10 @@ from servelab.errors import ConfigError, TargetError
 
 class _Vars(dict):
     def __missing__(self, key: str) -> str:
-        raise ConfigError(f"server command template names {{{key}}}, which no sweep parameter or setting gives",
-                          hint="add it with --set KEY=V1,V2 or --server-var KEY=VALUE")
+        raise ConfigError(
+            f"server command template names {{{key}}}, which no sweep parameter or setting gives",
+            hint="add it with --set KEY=V1,V2 or --server-var KEY=VALUE",
+        )
 
 
 def render_command(template: str, values: dict[str, Any]) -> list[str]:
@@ -50,8 +52,14 @@ class ServerProcess:
     def start(self) -> None:
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
         try:
-            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True, env={**os.environ, **(self.env or {})})
+            self.proc = subprocess.Popen(
+                self.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env={**os.environ, **(self.env or {})},
+            )
         except FileNotFoundError:
             raise TargetError(f"cannot start server: {self.argv[0]!r} not found",
                               hint="check the --server-cmd template") from None

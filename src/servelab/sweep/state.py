@@ -67,7 +67,9 @@ def finished_point(sweep_dir: Path, entry: dict[str, Any]) -> bool:
 RESUME_KEYS = ("target", "workload")
 
 
-def resume_differences(state: dict[str, Any], axes: dict[str, list[Any]], base_config: dict[str, Any]) -> list[str]:
+def resume_differences(
+    state: dict[str, Any], axes: dict[str, list[Any]], base_config: dict[str, Any]
+) -> list[str]:
     """What differs between a stored sweep and the one asked for now (both redacted), as readable lines."""
     out = []
     old_base = state.get("base_config") or {}
@@ -85,9 +87,11 @@ def check_resume(state: dict[str, Any], axes: dict[str, list[Any]], base_config:
     """Refuse to resume a different sweep into ``sweep_dir`` (its finished points would be mixed in)."""
     diffs = resume_differences(state, axes, base_config)
     if diffs and not force:
-        raise ConfigError(f"--resume {sweep_dir}: this sweep differs from the one stored there: " + "; ".join(diffs),
-                          hint="give the same target, workload and grid as before, or --force to resume anyway "
-                          "(finished points are kept as they are)")
+        raise ConfigError(
+            f"--resume {sweep_dir}: this sweep differs from the one stored there: " + "; ".join(diffs),
+            hint="give the same target, workload and grid as before, or --force to resume anyway "
+            "(finished points are kept as they are)",
+        )
 
 
 def _jsonish(x: Any) -> Any:
