@@ -36,7 +36,8 @@ class _Parsed(Protocol):
 
 
 class Fields:
-    """Usage, finish_reason and whole-body handling of a model exchange (``self`` typed by :class:`_Parsed`)."""
+    """Usage, finish_reason and whole-body handling of a model exchange (``self`` typed by
+    :class:`_Parsed`)."""
 
     __slots__ = ()
     # State owned by the subclass (declared for readers and type checkers; the slots live there).
@@ -120,7 +121,9 @@ class Fields:
             rec.first_reasoning_ns = t
         if tool.__class__ is list:
             self._tools = {}
-            add_tool_deltas(self._tools, [dict(x, index=i) for i, x in enumerate(tool) if x.__class__ is dict])
+            add_tool_deltas(
+                self._tools, [dict(x, index=i) for i, x in enumerate(tool) if x.__class__ is dict]
+            )
         produced = rec.usage_completion_tokens
         if not (content or reasoning or tool) and not produced:
             self.finish(MALFORMED, "response carries no generated text and no completion tokens")

@@ -125,7 +125,9 @@ def header_block(endpoint: Endpoint, extra: Mapping[str, str], bearer: str | Non
 
 def request_head(method: str, path: str, headers: bytes, body_len: int | None) -> bytes:
     """The request line and headers, ending with the blank line."""
-    length = b"" if body_len is None else b"Content-Type: application/json\r\nContent-Length: %d\r\n" % body_len
+    length = (
+        b"" if body_len is None else b"Content-Type: application/json\r\nContent-Length: %d\r\n" % body_len
+    )
     return b"%s %s HTTP/1.1\r\n%s%s\r\n" % (method.encode(), path.encode(), headers, length)
 
 
@@ -162,7 +164,9 @@ def build_body(req: ModelRequest, model: str | None, stream: bool, target_extra:
 
 # Terminal escape sequences (CSI, OSC, other ESC sequences) and C0/C1 control characters. Server text is
 # untrusted: it reaches records and the terminal only through clean_text.
-_ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])|\x9b[0-?]*[ -/]*[@-~]")
+_ESCAPES = re.compile(
+    r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])|\x9b[0-?]*[ -/]*[@-~]"
+)
 _CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
 
 
@@ -186,7 +190,9 @@ def body_preview(body: bytes, limit: int = 120) -> str:
         return "an empty body"
     head = body[: limit * 4]
     text = head.decode("utf-8", "replace")
-    bad = text.count("\ufffd") + len(_CONTROLS.findall(text.replace("\n", "").replace("\r", "").replace("\t", "")))
+    bad = text.count("\ufffd") + len(
+        _CONTROLS.findall(text.replace("\n", "").replace("\r", "").replace("\t", ""))
+    )
     if bad * 10 > len(text):  # mostly binary
         return f"binary data starting {body[:16].hex(' ')}"
     return repr(error_text(head, limit))

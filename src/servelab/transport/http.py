@@ -49,7 +49,8 @@ class HttpOptions:
 
     @classmethod
     def of(cls, target: Any) -> HttpOptions:
-        """Options from a ``TargetConfig`` (or anything with its attribute names); an ``HttpOptions`` as is."""
+        """Options from a ``TargetConfig`` (or anything with its attribute names); an ``HttpOptions`` as
+        is."""
         if isinstance(target, HttpOptions):
             return target
         if getattr(target, "is_sim", False):
@@ -138,7 +139,8 @@ class HttpTransport:
 
     async def resolve_model(self) -> str:
         """``target.model``, or the model the target's probe resolves (the first the server lists), cached.
-        Resolution is the probe's (:class:`~servelab.transport.probe.HttpProbe`): this transport only sends."""
+        Resolution is the probe's (:class:`~servelab.transport.probe.HttpProbe`): this transport only
+        sends."""
         if self._model is None:
             self._model = await self._resolver()
         return self._model

@@ -97,8 +97,12 @@ def chunk(content: str | None = None, *, finish: str | None = None, reasoning: s
     if reasoning is not None:
         delta["reasoning_content"] = reasoning
     only_usage = usage is not None and not delta and finish is None
-    obj: dict[str, Any] = {"id": "mock-1", "object": "chat.completion.chunk", "model": "mock",
-                           "choices": [] if only_usage else [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    obj: dict[str, Any] = {
+        "id": "mock-1",
+        "object": "chat.completion.chunk",
+        "model": "mock",
+        "choices": [] if only_usage else [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
     if usage is not None:
         obj["usage"] = usage
     return obj
@@ -220,8 +224,9 @@ def play(rec: RequestRecord, reply: Reply, at_ns: Sequence[int], *, stream: bool
     """Feed ``reply`` into a fresh exchange for ``rec`` with explicit arrival times and return the record.
 
     ``at_ns``: the arrival time of the head, then of each part (one more than ``len(reply.parts)``); the
-    end (eof or reset) arrives with the last part, and the record ends then. Synchronous (no timers are armed): for a reply whose
-    timing is already known, such as an engine failure in the in-process simulator. Needs a running loop.
+    end (eof or reset) arrives with the last part, and the record ends then. Synchronous (no timers are
+    armed): for a reply whose timing is already known, such as an engine failure in the in-process simulator.
+    Needs a running loop.
     """
     def now() -> int:
         return at_ns[-1]
@@ -253,8 +258,17 @@ class MockTransport:
     ``(sent_ns, request)`` for every send; ``max_in_flight`` the most sends open at once.
     """
 
-    def __init__(self, handler: Handler, clock: Clock, *, first_token_s: float = 600.0, total_s: float = 3600.0,
-                 idle_s: float | None = None, tokens: Callable[[str], int | None] | None = None, facts: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        handler: Handler,
+        clock: Clock,
+        *,
+        first_token_s: float = 600.0,
+        total_s: float = 3600.0,
+        idle_s: float | None = None,
+        tokens: Callable[[str], int | None] | None = None,
+        facts: dict[str, Any] | None = None,
+    ) -> None:
         self.handler = handler
         self.clock = clock
         self.first_token_s = first_token_s
@@ -332,5 +346,17 @@ def words(n: int, word: str = "w") -> list[str]:
     return [f"{word}{i}" if i == 0 else f" {word}{i}" for i in range(n)]
 
 
-__all__ = ["MockTransport", "Reply", "chat_json", "chat_stream", "chunk", "error", "hang", "play", "reset", "sse",
-           "usage_block", "words"]
+__all__ = [
+    "MockTransport",
+    "Reply",
+    "chat_json",
+    "chat_stream",
+    "chunk",
+    "error",
+    "hang",
+    "play",
+    "reset",
+    "sse",
+    "usage_block",
+    "words",
+]

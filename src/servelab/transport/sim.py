@@ -72,7 +72,11 @@ class SimTransport:
         rec.usage_completion_tokens = sreq.output_tokens
         rec.usage_cached_tokens = sreq.cached_tokens
         rec.est_completion_tokens = len(times) if req.stream else int(sreq.output_tokens > 0)
-        rec.srv_queue_ns, rec.srv_prefill_ns, rec.srv_decode_ns = sreq.queue_ns, sreq.prefill_ns, sreq.decode_ns
+        rec.srv_queue_ns, rec.srv_prefill_ns, rec.srv_decode_ns = (
+            sreq.queue_ns,
+            sreq.prefill_ns,
+            sreq.decode_ns,
+        )
         rec.srv_preempted_ns, rec.srv_comm_ns = sreq.preempted_ns, sreq.comm_ns
         rec.output_text = self.engine.output_text(sreq)
         if rec.finish_reason == "abort":
