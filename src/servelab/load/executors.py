@@ -135,8 +135,15 @@ def run_processes(drive: Drive, spec: Any, workers: int, *, failed: Failed, on_r
     """Run ``workers`` shards in worker processes on this host; returns their outcomes by shard."""
     ctx = mp.get_context("spawn")  # fresh interpreters: no inherited event loop, threads or sockets
     q, stop, go, start_at = ctx.Queue(), ctx.Event(), ctx.Event(), ctx.Value("q", 0)
-    procs = [ctx.Process(target=_child, args=(drive, spec, w, q, stop, go, start_at), name=f"servelab-shard-{w}",
-                         daemon=True) for w in range(workers)]
+    procs = [
+        ctx.Process(
+            target=_child,
+            args=(drive, spec, w, q, stop, go, start_at),
+            name=f"servelab-shard-{w}",
+            daemon=True,
+        )
+        for w in range(workers)
+    ]
     for p in procs:
         p.start()
     co = _Coordinator(workers, on_report, failed)

@@ -51,7 +51,11 @@ class Shard:
     """The actor: holds one shard's run and its control state."""
 
     def __init__(self) -> None:
-        self.is_ready, self.go_event, self.stop_event = threading.Event(), threading.Event(), threading.Event()
+        self.is_ready, self.go_event, self.stop_event = (
+            threading.Event(),
+            threading.Event(),
+            threading.Event(),
+        )
         self.start_wall_ns: int | None = None
         self.lock = threading.Lock()
         self.reports: list[dict[str, Any]] = []

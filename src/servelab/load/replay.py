@@ -61,7 +61,9 @@ class ReplayPlayer:
             r = u.request
             rid = self.ids.next()
             text = request_prompt(r, seed=self.seed, block_tokens=self.block, tail_key=rid)
-            rec = await self._send(self._request(rid, r, text, None, intended_ns, warmup, -1, 0, r.input_tokens))
+            rec = await self._send(
+                self._request(rid, r, text, None, intended_ns, warmup, -1, 0, r.input_tokens)
+            )
             rec.output_text = ""
             return
         assert u.session is not None
@@ -96,7 +98,9 @@ class ReplayPlayer:
 
     async def _session(self, s: TraceSession, sid: int, start_ns: int, warmup: bool) -> None:
         clock = self.clock
-        rec = SessionRecord(session_id=sid, profile=s.label or self.profile, start_ns=clock.now(), warmup=warmup)
+        rec = SessionRecord(
+            session_id=sid, profile=s.label or self.profile, start_ns=clock.now(), warmup=warmup
+        )
         subs: list[asyncio.Task[None]] = []
         messages: list[dict[str, Any]] = []  # the growing conversation of a session with real prompt text
         context = 0

@@ -33,7 +33,8 @@ class RunPlan:
     """What the runner needs to know, independent of the config models."""
 
     concurrency: int | None = None  # closed loop: concurrent workers
-    offsets_ns: Sequence[int] | npt.NDArray[np.int64] | None = None  # open loop: absolute send offsets from the start
+    # open loop: absolute send offsets from the start
+    offsets_ns: Sequence[int] | npt.NDArray[np.int64] | None = None
     max_jobs: int | None = None
     duration_s: float | None = None
     warmup_jobs: int = 0
@@ -117,7 +118,9 @@ class Runner:
             raise self._fatal
         return out
 
-    def _spawn(self, job: Job, index: int, intended_ns: int, warm: bool, out: RunOutcome) -> asyncio.Task[None]:
+    def _spawn(
+        self, job: Job, index: int, intended_ns: int, warm: bool, out: RunOutcome
+    ) -> asyncio.Task[None]:
         task = asyncio.ensure_future(job(index, intended_ns, warm))
         self._tasks.add(task)
         out.issued += 1
@@ -134,7 +137,9 @@ class Runner:
         task.add_done_callback(_done)
         return task
 
-    def _job_failed(self, index: int, intended_ns: int, warm: bool, exc: BaseException, out: RunOutcome) -> None:
+    def _job_failed(
+        self, index: int, intended_ns: int, warm: bool, exc: BaseException, out: RunOutcome
+    ) -> None:
         if isinstance(exc, ServelabError):
             if self._fatal is None:
                 self._fatal = exc

@@ -96,14 +96,23 @@ class _Session:
     def __init__(self, plan: SessionPlan, transport: Transport, clock: Clock, ids: RequestIds,
                  on_record: Callable[[RequestRecord], None], texts: TextSource, intended_ns: int | None,
                  warmup: bool, api: str, stream: bool, extra_body: dict[str, Any]) -> None:
-        self.plan, self.tr, self.clock, self.ids, self.emit, self.texts = plan, transport, clock, ids, on_record, texts
+        self.plan, self.tr, self.clock, self.ids, self.emit, self.texts = (
+            plan,
+            transport,
+            clock,
+            ids,
+            on_record,
+            texts,
+        )
         self.api, self.stream, self.extra_body = api, stream, extra_body
         if plan.live is not None:
             self.extra_body = {**extra_body, "tools": plan.live.tools}
         self.warmup = warmup
         now = clock.now()
         self.intended_ns = now if intended_ns is None else intended_ns
-        self.rec = SessionRecord(session_id=plan.session_id, profile=plan.profile, start_ns=now, warmup=warmup)
+        self.rec = SessionRecord(
+            session_id=plan.session_id, profile=plan.profile, start_ns=now, warmup=warmup
+        )
         d = plan.policy.deadline_s
         self.deadline_ns = None if d is None else self.intended_ns + int(d * NS_PER_S)
         self.messages: list[dict[str, Any]] = []
@@ -226,11 +235,21 @@ class _Session:
             limit, by_deadline = self._limit(timeout_s)
             now = self.clock.now()
             req = ModelRequest(
-                request_id=self.ids.next(), api=self.api, messages=list(self.messages), max_tokens=output_tokens,
-                min_tokens=output_tokens if plan.ignore_eos else None, ignore_eos=plan.ignore_eos,
-                temperature=plan.temperature, stream=self.stream, est_prompt_tokens=self.ctx_tokens,
-                session_id=plan.session_id, turn=rec.turns, attempt=attempt, warmup=self.warmup,
-                intended_ns=self.intended_ns if rec.requests == 0 else now, extra_body=self.extra_body,
+                request_id=self.ids.next(),
+                api=self.api,
+                messages=list(self.messages),
+                max_tokens=output_tokens,
+                min_tokens=output_tokens if plan.ignore_eos else None,
+                ignore_eos=plan.ignore_eos,
+                temperature=plan.temperature,
+                stream=self.stream,
+                est_prompt_tokens=self.ctx_tokens,
+                session_id=plan.session_id,
+                turn=rec.turns,
+                attempt=attempt,
+                warmup=self.warmup,
+                intended_ns=self.intended_ns if rec.requests == 0 else now,
+                extra_body=self.extra_body,
             )
             self.inflight = req
             if limit is None:
@@ -285,11 +304,21 @@ class _Session:
 
     def _cancelled_record(self, req: ModelRequest) -> None:
         self.rec.requests += 1
-        self.emit(RequestRecord(
-            request_id=req.request_id, session_id=req.session_id, turn=req.turn, attempt=req.attempt,
-            warmup=req.warmup, status=CANCELLED, error="session cancelled", intended_ns=req.intended_ns,
-            end_ns=self.clock.now(), est_prompt_tokens=req.est_prompt_tokens, requested_output_tokens=req.max_tokens,
-        ))
+        self.emit(
+            RequestRecord(
+                request_id=req.request_id,
+                session_id=req.session_id,
+                turn=req.turn,
+                attempt=req.attempt,
+                warmup=req.warmup,
+                status=CANCELLED,
+                error="session cancelled",
+                intended_ns=req.intended_ns,
+                end_ns=self.clock.now(),
+                est_prompt_tokens=req.est_prompt_tokens,
+                requested_output_tokens=req.max_tokens,
+            )
+        )
 
     async def _live(self, step: ModelTurn) -> RequestRecord:
         """One model step in live mode: ask, run the tool calls, ask again, until a plain answer."""
@@ -303,8 +332,11 @@ class _Session:
                 return r
             if turn + 1 == live.max_turns:
                 if live.fail_at_max:
-                    raise _Stop(S_FAILED, f"model step {step.name}: the model still called tools "
-                                f"({', '.join(_call_name(c) for c in calls)}) after max_turns {live.max_turns}")
+                    raise _Stop(
+                        S_FAILED,
+                        f"model step {step.name}: the model still called tools "
+                        f"({', '.join(_call_name(c) for c in calls)}) after max_turns {live.max_turns}",
+                    )
                 del self.messages[-1]["tool_calls"]  # keep a valid conversation: no call without a result
                 if self.messages[-1]["content"] is None:
                     self.messages[-1]["content"] = ""
@@ -340,7 +372,9 @@ class _Session:
             if timed_out:
                 rec.timeouts += 1
                 if by_deadline:
-                    raise _Stop(S_TIMED_OUT, f"session deadline {pol.deadline_s}s passed in {a.kind} {a.name}")
+                    raise _Stop(
+                        S_TIMED_OUT, f"session deadline {pol.deadline_s}s passed in {a.kind} {a.name}"
+                    )
             what = f"{a.kind} step {a.name}: {err}"
             self._failed_attempt(what)
             if a.error_tokens and not live:
@@ -413,7 +447,9 @@ async def _run_command(argv: tuple[str, ...], limit: float | None) -> tuple[bool
     return (code == 0), False, "" if code == 0 else f"command exited with status {code}"
 
 
-async def _run_url(http: Any, url: str, method: str, body: str | None, limit: float | None) -> tuple[bool, bool, str]:
+async def _run_url(
+    http: Any, url: str, method: str, body: str | None, limit: float | None
+) -> tuple[bool, bool, str]:
     """GET/POST ``url``; (ok, timed_out, error). HTTP status below 400 is success."""
     import aiohttp
 
