@@ -30,6 +30,8 @@ COUNT_COLUMNS = (
     "est_completion_tokens",
     "http_status",
 )
+# Every column from_table reads: what a summary streams from requests.parquet (no srv_* or prompt text).
+TABLE_COLUMNS = ("request_id", "status", "warmup", "error", *TIME_COLUMNS, *COUNT_COLUMNS, "token_times_ns")
 
 
 @dataclass(frozen=True)

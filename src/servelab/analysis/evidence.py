@@ -11,7 +11,7 @@ absent, never 0.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -29,15 +29,30 @@ def _pcts(v: np.ndarray) -> dict[str, float] | None:
 
 
 def _request_side(requests: Any) -> dict[str, Any]:
+    """From one table (or records), or an iterator of tables (a run's Parquet file batch by batch: only the
+    successful requests' ``srv_*`` values are kept, and only while every one of them has a value)."""
     if requests is None:
         return {}
-    c = int_columns(requests, ("srv_queue_ns", "srv_preempted_ns"))
-    ok = (c["status"] == OK) & ~c["warmup"]
+    names = ("srv_queue_ns", "srv_preempted_ns")
+    keep: dict[str, list[np.ndarray] | None] = {k: [] for k in names}
+    any_ok = False
+    for part in (requests if isinstance(requests, Iterator) else [requests]):
+        c = int_columns(part, names)
+        ok = (c["status"] == OK) & ~c["warmup"]
+        any_ok = any_ok or bool(ok.any())
+        for k in names:
+            got = keep[k]
+            if got is not None:
+                got.append(c[k][ok])
+                if c[k + "?"][ok].any():
+                    keep[k] = None
     out: dict[str, Any] = {}
-    if ok.any() and not c["srv_queue_ns?"][ok].any():
-        out["server_queue_ms"] = {**(_pcts(c["srv_queue_ns"][ok] / 1e6) or {}), "source": "requests (srv_queue_ns)"}
-    if ok.any() and not c["srv_preempted_ns?"][ok].any():
-        pre = c["srv_preempted_ns"][ok]
+    queue, pre_parts = keep["srv_queue_ns"], keep["srv_preempted_ns"]
+    if any_ok and queue is not None:
+        q = np.concatenate(queue)
+        out["server_queue_ms"] = {**(_pcts(q / 1e6) or {}), "source": "requests (srv_queue_ns)"}
+    if any_ok and pre_parts is not None:
+        pre = np.concatenate(pre_parts)
         out["preempted_requests"] = {"count": int((pre > 0).sum()), "share": float((pre > 0).mean()),
                                      "waiting_ms_total": float(pre.sum() / 1e6), "source": "requests"}
     return out

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -36,7 +36,7 @@ from servelab.analysis.metrics import (
     per_request,
     scope_mask,
 )
-from servelab.analysis.stats import bootstrap_ci, percentile_summary
+from servelab.analysis.sketch import EXACT_MAX_VALUES, MetricAccumulator
 from servelab.analysis.validity import (
     count_reasons,
     lag_reasons,
@@ -72,70 +72,20 @@ def jsonable(x: Any) -> Any:
     return x
 
 
-def _request_counts(cols: Columns) -> tuple[dict[str, Any], dict[str, int]]:
-    measured = Counter(cols.status[~cols.warmup].tolist())
+def _measured_counts(measured: Counter[str], warmup: int) -> tuple[dict[str, Any], dict[str, int]]:
     known = {OK, CANCELLED, *FAILED_STATUSES}
     unknown = {str(k): v for k, v in measured.items() if k not in known}
     return {
-        "sent": int((~cols.warmup).sum()),
+        "sent": sum(measured.values()),
         "ok": measured.get(OK, 0),
         # client_error (an exception inside servelab, recorded, not swallowed) is listed only when it happened
         "failed": {s: measured.get(s, 0) for s in FAILED_STATUSES if s != CLIENT_ERROR or measured.get(s)},
         "cancelled": measured.get(CANCELLED, 0),
-        "warmup": int(cols.warmup.sum()),
+        "warmup": warmup,
     }, unknown
 
 
-def _time_base_s(cols: Columns, start: np.ndarray) -> float | None:
-    """Batch-throughput time base: first measured request's start to the last measured one's end."""
-    keep = ~cols.warmup
-    s, e = start[keep], cols.t("end_ns")[keep]
-    s, e = s[np.isfinite(s)], e[np.isfinite(e)]
-    if not s.size or not e.size:
-        return None
-    span = float(e.max() - s.min()) / 1e9
-    return span if span > 0 else None
-
-
-def _tokens(cols: Columns, ok: np.ndarray) -> dict[str, Any]:
-    usage = cols.c("usage_completion_tokens")[ok]
-    chunks = cols.c("est_completion_tokens")[ok]
-    missing = np.isnan(usage)
-    over = ~missing & (chunks > usage)
-    prompt = cols.c("usage_prompt_tokens")[ok]
-    prompt = np.where(np.isnan(prompt), cols.c("est_prompt_tokens")[ok], prompt)
-    n_missing = int(missing.sum())
-    source = "usage" if n_missing == 0 else "estimate" if n_missing == usage.size else "mixed"
-    return {
-        "input": int(np.nansum(prompt)),
-        "output": int(np.nansum(output_tokens(cols)[ok])),
-        "cached": int(np.nansum(cols.c("usage_cached_tokens")[ok])),
-        "source": source,
-        "estimated": n_missing,
-        "mismatch": int((missing | over).sum()),
-        "chunks_over_usage": int(over.sum()),
-    }
-
-
-def _goodput(cols: Columns, mode: LoadMode, ok: np.ndarray, slo: Any, requests: Mapping[str, Any]) -> dict:
-    good = ok.copy()
-    used: dict[str, float] = {}
-    for field, metric in SLO_METRICS.items():
-        limit = getattr(slo, field, None) if slo is not None else None
-        if limit is None:
-            continue
-        used[field] = float(limit)
-        v = per_request(cols, mode, metric)
-        meets = v <= limit
-        if field in _VACUOUS_SLOS:
-            meets |= np.isnan(v)
-        good &= meets
-    attempted = requests["ok"] + sum(requests["failed"].values())
-    n_good = int(good.sum())
-    return {"requests": n_good, "fraction": n_good / attempted if attempted else None, "slo": used}
-
-
-def _slo_checks(metrics: Mapping[str, Mapping[str, Any]], slo: Any) -> dict[str, Any]:
+def _slo_checks(metrics: Mapping[str, MetricAccumulator], slo: Any) -> dict[str, Any]:
     """Each configured SLO against its metric at ``slo.percentile`` (e.g. p99 TTFT <= 500 ms)."""
     if slo is None:
         return {}
@@ -145,25 +95,143 @@ def _slo_checks(metrics: Mapping[str, Mapping[str, Any]], slo: Any) -> dict[str,
         limit = getattr(slo, field, None)
         if limit is None:
             continue
-        vals = metrics[metric]["_values"]
-        value = float(np.percentile(vals, pct)) if vals.size else None
+        value = metrics[metric].percentile(pct)
         out[field] = {"metric": metric, "percentile": pct, "limit": float(limit), "value": value,
                       "pass": value is not None and value <= limit}
     return out
 
 
-def _errors(cols: Columns, requests: Mapping[str, Any]) -> dict[str, Any]:
-    failed_mask = ~cols.warmup & np.isin(cols.status, FAILED_STATUSES)
-    n_failed = sum(requests["failed"].values())
-    attempted = requests["ok"] + n_failed
-    codes = Counter(int(c) for c in cols.c("http_status")[failed_mask] if not np.isnan(c))
-    msgs = Counter(str(e)[:200] for e in cols.error[failed_mask] if e)
-    return {
-        "rate": n_failed / attempted if attempted else None,
-        "by_status": dict(requests["failed"]),
-        "by_http_status": {str(k): v for k, v in sorted(codes.items())},
-        "top": [[m, c] for m, c in msgs.most_common(_TOP_ERRORS)],
-    }
+class _Kept:
+    """What :func:`verdict_reasons` reads of an open-loop run: the measured, not cancelled requests'
+    intended send and end times (ns from one base), gathered batch by batch."""
+
+    def __init__(self, intended: np.ndarray, end: np.ndarray) -> None:
+        self._t = {"intended_ns": intended, "end_ns": end}
+        self.warmup = np.zeros(intended.size, dtype=bool)
+        self.status = np.full(intended.size, OK)
+
+    def t(self, name: str) -> np.ndarray:
+        return self._t[name]
+
+
+_MAX_ERROR_MESSAGES = 10_000  # distinct error messages counted before the rarest are dropped
+
+
+class _RunAccumulator:
+    """Every figure's running state over batches of request columns (one batch: the old whole-run
+    summary, bit for bit; many: the same figures while each metric stays under its exact threshold)."""
+
+    def __init__(self, config: Any, mode: LoadMode, exact_max: int) -> None:
+        self.config, self.mode = config, mode
+        self.slo = getattr(config, "slo", None)
+        self.n = 0
+        self.warmup = 0
+        self.measured: Counter[str] = Counter()
+        self.metrics = {m.name: MetricAccumulator(exact_max) for m in METRICS}
+        self.tok = Counter({"input": 0, "output": 0, "cached": 0, "ok": 0, "missing": 0, "mismatch": 0,
+                            "over": 0})
+        self.good = 0
+        self.codes: Counter[int] = Counter()
+        self.msgs: Counter[str] = Counter()
+        self.first_start: float | None = None
+        self.last_end: float | None = None
+        self.base_ns: int | None = None
+        self.kept: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def add(self, cols: Columns) -> None:
+        self.n += cols.n
+        if not cols.n:
+            return
+        warm = cols.warmup
+        self.warmup += int(warm.sum())
+        self.measured.update(cols.status[~warm].tolist())
+        start = latency_start(cols, self.mode)
+        for m in METRICS:
+            self.metrics[m.name].add(m.values(cols, start))
+        ok = scope_mask(cols, "ok")
+        self._tokens(cols, ok)
+        self.good += self._good(cols, ok)
+        failed = ~warm & np.isin(cols.status, FAILED_STATUSES)
+        self.codes.update(int(c) for c in cols.c("http_status")[failed] if not np.isnan(c))
+        self.msgs.update(str(e)[:200] for e in cols.error[failed] if e)
+        if len(self.msgs) > _MAX_ERROR_MESSAGES:
+            self.msgs = Counter(dict(self.msgs.most_common(_MAX_ERROR_MESSAGES // 10)))
+        # times of every batch from the first batch's base (the shift is 0 for one batch: bit-identical)
+        self.base_ns = cols.base_ns if self.base_ns is None else self.base_ns
+        shift = float(cols.base_ns - self.base_ns)
+        s, e = start[~warm], cols.t("end_ns")[~warm]
+        s, e = s[np.isfinite(s)], e[np.isfinite(e)]
+        if s.size:
+            lo = float(s.min()) + shift
+            self.first_start = lo if self.first_start is None else min(self.first_start, lo)
+        if e.size:
+            hi = float(e.max()) + shift
+            self.last_end = hi if self.last_end is None else max(self.last_end, hi)
+        if self.mode == "open":
+            keep = ~warm & (cols.status != CANCELLED)
+            self.kept.append((cols.t("intended_ns")[keep] + shift, cols.t("end_ns")[keep] + shift))
+
+    def _tokens(self, cols: Columns, ok: np.ndarray) -> None:
+        usage = cols.c("usage_completion_tokens")[ok]
+        chunks = cols.c("est_completion_tokens")[ok]
+        missing = np.isnan(usage)
+        over = ~missing & (chunks > usage)
+        prompt = cols.c("usage_prompt_tokens")[ok]
+        prompt = np.where(np.isnan(prompt), cols.c("est_prompt_tokens")[ok], prompt)
+        self.tok.update({
+            "input": int(np.nansum(prompt)),
+            "output": int(np.nansum(output_tokens(cols)[ok])),
+            "cached": int(np.nansum(cols.c("usage_cached_tokens")[ok])),
+            "ok": int(usage.size), "missing": int(missing.sum()), "mismatch": int((missing | over).sum()),
+            "over": int(over.sum()),
+        })
+
+    def _good(self, cols: Columns, ok: np.ndarray) -> int:
+        good = ok.copy()
+        for field, metric in SLO_METRICS.items():
+            limit = getattr(self.slo, field, None) if self.slo is not None else None
+            if limit is None:
+                continue
+            v = per_request(cols, self.mode, metric)
+            meets = v <= limit
+            if field in _VACUOUS_SLOS:
+                meets |= np.isnan(v)
+            good &= meets
+        return int(good.sum())
+
+    def tokens(self) -> dict[str, Any]:
+        t = self.tok
+        source = "usage" if t["missing"] == 0 else "estimate" if t["missing"] == t["ok"] else "mixed"
+        return {"input": t["input"], "output": t["output"], "cached": t["cached"], "source": source,
+                "estimated": t["missing"], "mismatch": t["mismatch"], "chunks_over_usage": t["over"]}
+
+    def goodput(self, requests: Mapping[str, Any]) -> dict[str, Any]:
+        used = {f: float(getattr(self.slo, f)) for f in SLO_METRICS
+                if self.slo is not None and getattr(self.slo, f, None) is not None}
+        attempted = requests["ok"] + sum(requests["failed"].values())
+        return {"requests": self.good, "fraction": self.good / attempted if attempted else None, "slo": used}
+
+    def errors(self, requests: Mapping[str, Any]) -> dict[str, Any]:
+        n_failed = sum(requests["failed"].values())
+        attempted = requests["ok"] + n_failed
+        return {
+            "rate": n_failed / attempted if attempted else None,
+            "by_status": dict(requests["failed"]),
+            "by_http_status": {str(k): v for k, v in sorted(self.codes.items())},
+            "top": [[m, c] for m, c in self.msgs.most_common(_TOP_ERRORS)],
+        }
+
+    def time_base_s(self) -> float | None:
+        """Batch-throughput time base: first measured request's start to the last measured one's end."""
+        if self.first_start is None or self.last_end is None:
+            return None
+        span = float(self.last_end - self.first_start) / 1e9
+        return span if span > 0 else None
+
+    def kept_columns(self) -> _Kept:
+        if not self.kept:
+            return _Kept(np.empty(0), np.empty(0))
+        return _Kept(np.concatenate([k[0] for k in self.kept]), np.concatenate([k[1] for k in self.kept]))
 
 
 def build_summary(
@@ -175,28 +243,42 @@ def build_summary(
     extra: Mapping[str, Any] | None = None,
     mode: LoadMode | None = None,
 ) -> dict[str, Any]:
-    """Every figure of one run (``mode`` overrides ``config.load.mode``: a trace replay is open loop). ``config`` is a :class:`servelab.config.RunConfig` (``load.mode``,
-    ``percentiles``, ``slo``, ``limits.max_lag_p99_ms``, ``seed`` are read); ``extra`` carries the runner's
-    hints (see :mod:`servelab.analysis.validity`)."""
+    """Every figure of one run (``mode`` overrides ``config.load.mode``: a trace replay is open loop).
+    ``config`` is a :class:`servelab.config.RunConfig` (``load.mode``, ``percentiles``, ``slo``,
+    ``limits.max_lag_p99_ms``, ``seed`` are read); ``extra`` carries the runner's hints (see
+    :mod:`servelab.analysis.validity`)."""
+    return summarize_batches([records], config, started_ns=started_ns, ended_ns=ended_ns, extra=extra,
+                             mode=mode)
+
+
+def summarize_batches(
+    batches: Iterable[Sequence[RequestRecord] | pa.Table | Columns],
+    config: Any,
+    *,
+    started_ns: int,
+    ended_ns: int,
+    extra: Mapping[str, Any] | None = None,
+    mode: LoadMode | None = None,
+    exact_max: int = EXACT_MAX_VALUES,
+) -> dict[str, Any]:
+    """:func:`build_summary` over a run's records given batch by batch (e.g. the row groups of
+    ``requests.parquet``), in memory that does not grow with the run: each metric's figures are exact
+    while it has at most ``exact_max`` values, then read from a bounded sketch (0.05 % relative error;
+    :mod:`servelab.analysis.sketch`). An open-loop run also keeps two floats per request (its intended
+    send and end times) for the offered-vs-achieved check."""
     extra = dict(extra or {})
-    cols = as_columns(records)
     mode = mode or config.load.mode
     seed = int(getattr(config, "seed", 0))
-    requests, unknown = _request_counts(cols)
-    start = latency_start(cols, mode)
-    metrics: dict[str, dict[str, Any]] = {}
-    for m in METRICS:
-        vals = m.values(cols, start)
-        metrics[m.name] = {**percentile_summary(vals, config.percentiles), "ci": bootstrap_ci(vals, seed=seed),
-                           "_values": vals}
-    ok = scope_mask(cols, "ok")
-    tokens = _tokens(cols, ok)
-    slo = getattr(config, "slo", None)
-    goodput = _goodput(cols, mode, ok, slo, requests)
-    goodput["checks"] = _slo_checks(metrics, slo)
-    for v in metrics.values():
-        del v["_values"]
-    base = _time_base_s(cols, start)
+    acc = _RunAccumulator(config, mode, exact_max)
+    for batch in batches:
+        acc.add(as_columns(batch))
+    requests, unknown = _measured_counts(acc.measured, acc.warmup)
+    metrics = {name: m.summary(config.percentiles, seed) for name, m in acc.metrics.items()}
+    tokens = acc.tokens()
+    slo = acc.slo
+    goodput = acc.goodput(requests)
+    goodput["checks"] = _slo_checks(acc.metrics, slo)
+    base = acc.time_base_s()
 
     def rate(x: float) -> float | None:
         return x / base if base else None
@@ -212,9 +294,9 @@ def build_summary(
     max_lag = float(config.limits.max_lag_p99_ms)
     reasons = count_reasons(requests, unknown)
     reasons += lag_reasons(mode, metrics["lag_ms"]["p99"], max_lag)
-    reasons += runner_reasons(extra, max_lag, cols.n)
-    errors = _errors(cols, requests)
-    more, load_check = verdict_reasons(cols, config, mode, requests, errors)
+    reasons += runner_reasons(extra, max_lag, acc.n)
+    errors = acc.errors(requests)
+    more, load_check = verdict_reasons(acc.kept_columns(), config, mode, requests, errors)
     reasons += more
     summary = {
         "requests": requests,

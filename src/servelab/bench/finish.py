@@ -13,8 +13,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from servelab.analysis.columns import TABLE_COLUMNS
 from servelab.analysis.evidence import run_evidence
-from servelab.analysis.summary import build_summary
+from servelab.analysis.summary import summarize_batches
 from servelab.analysis.telemetry import summarize_telemetry, token_agreement
 from servelab.bench import ending
 from servelab.bench.shard import RunSpec, ShardOutcome, merge_outcomes
@@ -27,7 +28,10 @@ from servelab.records.manifest import redact, utc_now_iso
 from servelab.records.merge import issued_indices, merge_journals, recorded_ids
 from servelab.records.rundir import write_json
 from servelab.records.schema import CANCELLED, RequestRecord, SessionRecord
+from servelab.records.stream import iter_tables, read_columns
 from servelab.records.telemetry import write_telemetry
+
+_EVIDENCE_COLUMNS = ("status", "warmup", "srv_queue_ns", "srv_preempted_ns")
 
 
 @dataclass
@@ -41,12 +45,20 @@ class RunResult:
     shards: list[ShardOutcome] = field(default_factory=list)
 
 
-@dataclass
 class RunTables:
-    """The run's records as the summary reads them: the Parquet files, not a list in memory."""
+    """The run's records as a workload's own summary reads them: the Parquet files, not a list in memory.
+    ``requests`` is read (whole) only when a workload's summary asks for it; the run's own summary streams
+    the file instead (:func:`servelab.records.stream.iter_tables`)."""
 
-    requests: pa.Table
-    sessions: pa.Table | None
+    def __init__(self, requests_path: Path, sessions: pa.Table | None) -> None:
+        self.requests_path, self.sessions = requests_path, sessions
+        self._requests: pa.Table | None = None
+
+    @property
+    def requests(self) -> pa.Table:
+        if self._requests is None:
+            self._requests = pq.read_table(self.requests_path)
+        return self._requests
 
 
 def _land_remote_journals(spec: RunSpec, shards: list[ShardOutcome]) -> None:
@@ -129,9 +141,8 @@ def finish_run(spec: RunSpec, shards: list[ShardOutcome], manifest: dict[str, An
     n_req, n_ses = merge_journals(run_dir, _shifts(spec, shards, coord_mono_minus_wall))
     outcome = merge_outcomes([s.outcome for s in shards if s.outcome is not None])
     outcome.cancelled_in_flight += sum(dead.values())
-    requests = pq.read_table(run_dir / "requests.parquet")
-    sp = run_dir / "sessions.parquet"
-    tables = RunTables(requests, pq.read_table(sp) if sp.exists() else None)
+    rp, sp = run_dir / "requests.parquet", run_dir / "sessions.parquet"
+    tables = RunTables(rp, pq.read_table(sp) if sp.exists() else None)
     extra: dict[str, Any] = {
         "stopped_by": outcome.stopped_by,
         "cancelled_in_flight": outcome.cancelled_in_flight,
@@ -143,15 +154,16 @@ def finish_run(spec: RunSpec, shards: list[ShardOutcome], manifest: dict[str, An
     work = first.work if first is not None else None
     open_schedule = (work.offsets_ns is not None) if work is not None else cfg.load.rate is not None
     mode = "open" if open_schedule else None
-    summary = build_summary(tables.requests, cfg, started_ns=outcome.started_ns, ended_ns=outcome.ended_ns,
-                            extra=extra, mode=mode)
+    summary = summarize_batches(iter_tables(rp, TABLE_COLUMNS), cfg, started_ns=outcome.started_ns,
+                                ended_ns=outcome.ended_ns, extra=extra, mode=mode)
     if work is not None and work.summarize is not None and spec.workers == 1:
         summary.update(work.summarize(tables, outcome))
     elif first is not None:
         kind = getattr(cfg.workload, "kind", "requests")
         summary.update(SUMMARIES[kind](cfg, first.facts, tables, outcome))
     if spec.workers > 1:
-        reasons, rows = _worker_lag_reasons(tables.requests, shards, cfg.limits.max_lag_p99_ms,
+        reasons, rows = _worker_lag_reasons(read_columns(rp, ("worker", "sent_ns", "intended_ns")), shards,
+                                            cfg.limits.max_lag_p99_ms,
                                             "open" if open_schedule else "closed")
         summary["workers"] = rows
         if reasons:
@@ -160,7 +172,7 @@ def finish_run(spec: RunSpec, shards: list[ShardOutcome], manifest: dict[str, An
     _telemetry(run_dir, shards, summary, manifest)
     if (manifest.get("target") or {}).get("simulator"):  # which step-cost backend priced it, how trustworthy
         summary["simulator"] = manifest["target"]["simulator"]
-    summary["evidence"] = run_evidence(tables.requests, summary, manifest)
+    summary["evidence"] = run_evidence(iter_tables(rp, _EVIDENCE_COLUMNS), summary, manifest)
     write_json(run_dir / "summary.json", summary)
     _finish_manifest(spec, shards, manifest, outcome)
     if not dead:  # the Parquet files hold everything: the crash journals go (a run that lost a shard keeps them)

@@ -1,0 +1,38 @@
+"""Read a run's Parquet file a batch of rows at a time, only the columns asked for.
+
+What the end of a run reads (summary, evidence, per-worker lag) goes through here, so memory is bounded by
+one batch, not by the run: ``requests.parquet`` is written in row groups of a few thousand rows
+(:mod:`servelab.records.merge`) and is read back the same way. A column an older file lacks comes back
+all null (as :func:`servelab.records.rundir.conform` does for whole tables).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from servelab.records.rundir import REQUEST_SCHEMA, conform
+
+BATCH_ROWS = 4096
+
+
+def iter_tables(path: str | Path, columns: Sequence[str] | None = None, *, schema: pa.Schema = REQUEST_SCHEMA,
+                batch_rows: int = BATCH_ROWS) -> Iterator[pa.Table]:
+    """The rows of the Parquet file at ``path`` as tables of at most ``batch_rows`` rows with ``columns``
+    (all of ``schema``'s when None), each conformed to ``schema``'s types."""
+    f = pq.ParquetFile(path)
+    want = list(columns) if columns is not None else list(schema.names)
+    have = [c for c in want if c in f.schema_arrow.names]
+    sub = pa.schema([schema.field(c) for c in want if c in schema.names])
+    for batch in f.iter_batches(batch_size=batch_rows, columns=have):
+        yield conform(pa.Table.from_batches([batch]), sub)
+
+
+def read_columns(path: str | Path, columns: Sequence[str], *, schema: pa.Schema = REQUEST_SCHEMA) -> pa.Table:
+    """Only ``columns`` of the file, whole (for small per-row columns: 8 bytes a row each)."""
+    f = pq.ParquetFile(path)
+    have = [c for c in columns if c in f.schema_arrow.names]
+    return conform(f.read(columns=have), pa.schema([schema.field(c) for c in columns if c in schema.names]))
