@@ -37,7 +37,9 @@ def _shard_of(path: Path, name: str) -> int:
     return int(tag[1:]) if tag.startswith("w") and tag[1:].isdigit() else 0
 
 
-def _shifted(rows: Iterable[dict[str, Any]], shift: int, times: tuple[str, ...], tokens: bool) -> Iterator[dict]:
+def _shifted(
+    rows: Iterable[dict[str, Any]], shift: int, times: tuple[str, ...], tokens: bool
+) -> Iterator[dict]:
     for r in rows:
         if not isinstance(r, dict):
             continue

@@ -87,7 +87,9 @@ def create_run_dir(out: str | Path, name: str | None = None) -> Path:
 
 def write_json(path: Path, data: Any) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS))
+    tmp.write_bytes(
+        orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+    )
     tmp.replace(path)
 
 
@@ -173,7 +175,9 @@ def _read_table(run_dir: Path, parquet: str, journal: str, schema: pa.Schema) ->
             return conform(pq.read_table(p), schema)
         except (OSError, pa.ArrowException) as e:  # a damaged file: fall back to the journal
             if not (run_dir / journal).exists():
-                raise RunDirError(f"{p} cannot be read: {e}", hint="the run's journal is missing too") from None
+                raise RunDirError(
+                    f"{p} cannot be read: {e}", hint="the run's journal is missing too"
+                ) from None
     paths = journal_paths(run_dir, journal)  # every shard's journal (one per worker process or Ray task)
     rows = [r for path in paths for r in read_journal(path)]
     if rows or paths:

@@ -24,7 +24,8 @@ class Status(StrEnum):
     DISCONNECTED = "disconnected"
     MALFORMED = "malformed"
     CANCELLED = "cancelled"
-    CLIENT_ERROR = "client_error"  # the client failed on this request (an exception in servelab, not the server)
+    # the client failed on this request (an exception in servelab, not the server)
+    CLIENT_ERROR = "client_error"
 
 
 class SessionStatus(StrEnum):
@@ -109,7 +110,9 @@ class RequestRecord:
 
 
 _IN_MEMORY_ONLY = ("output_text", "tool_calls")
-REQUEST_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(RequestRecord) if f.name not in _IN_MEMORY_ONLY)
+REQUEST_COLUMNS: tuple[str, ...] = tuple(
+    f.name for f in fields(RequestRecord) if f.name not in _IN_MEMORY_ONLY
+)
 
 
 def record_to_row(r: RequestRecord) -> dict[str, Any]:

@@ -14,6 +14,7 @@ TELEMETRY_SCHEMA = pa.schema([("t_ns", pa.int64()), ("source", pa.string()), ("n
 
 
 def write_telemetry(run_dir: Path, columns: dict[str, list[Any]]) -> None:
-    """Write the scraped samples (columns named as in :data:`TELEMETRY_SCHEMA`); nothing when there are none."""
+    """Write the scraped samples (columns named as in :data:`TELEMETRY_SCHEMA`); nothing when there are
+    none."""
     if columns and any(len(v) for v in columns.values()):
         pq.write_table(pa.table(columns, schema=TELEMETRY_SCHEMA), Path(run_dir) / TELEMETRY_FILE)
