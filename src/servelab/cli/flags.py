@@ -19,7 +19,8 @@ Arrival = Annotated[str | None, typer.Option(help="Open-loop arrivals: poisson, 
                                               show_default="poisson", metavar="KIND")]
 Burstiness = Annotated[float | None, typer.Option(help="Gamma shape (1 = Poisson, <1 burstier).", show_default="1",
                                                    metavar="SHAPE")]
-Requests = Annotated[int | None, typer.Option(help="Requests to send.", show_default="200 unless --duration",
+Requests = Annotated[int | None, typer.Option(help="Requests to send.",
+                                               show_default="max(200, 4 x users) unless --duration",
                                                metavar="N")]
 Duration = Annotated[float | None, typer.Option(help="Seconds to send for.", metavar="S")]
 Warmup = Annotated[int | None, typer.Option(help="First N requests excluded from figures.", show_default="0",
@@ -29,7 +30,8 @@ InputTokens = Annotated[int | None, typer.Option(help="Prompt tokens per request
 OutputTokens = Annotated[int | None, typer.Option(help="Output tokens (max_tokens) per request.",
                                                    show_default="256", metavar="TOKENS")]
 IgnoreEos = Annotated[bool | None, typer.Option("--ignore-eos", help="Force output lengths.")]
-Stream = Annotated[bool | None, typer.Option("--stream/--no-stream", help="Stream responses (SSE).")]
+Stream = Annotated[bool | None, typer.Option("--stream/--no-stream", help="Stream responses (SSE).",
+                                            show_default="stream")]
 ApiKeyEnv = Annotated[str | None, typer.Option(help="Env var holding the API key (never stored).")]
 Header = Annotated[list[str] | None, typer.Option(help="Extra header 'Name: value' (repeatable).")]
 AllowOverContext = Annotated[bool | None, typer.Option("--allow-over-context", help="Send prompts + outputs longer "

@@ -18,9 +18,11 @@ def register(app: typer.Typer) -> None:
 
 
 def sweep(
-    target: Annotated[list[str] | None, typer.Option(help="Target URL or sim spec; repeat to sweep targets.")] = None,
+    target: Annotated[list[str] | None, typer.Option(
+        help="Target URL or sim spec; repeat to sweep targets.",
+        show_default="sim:llama-3.1-8b@1xh100")] = None,
     model: Annotated[str | None, typer.Option(help="Model name.")] = None,
-    api: Annotated[str | None, typer.Option(help="chat or completions.")] = None,
+    api: Annotated[str | None, typer.Option(help="chat or completions.", show_default="chat")] = None,
     concurrency: Annotated[str | None, typer.Option(help="Concurrency levels: a list (1,4,16,64,256) or LOW..HIGH, every power of two "
                                             "from LOW to HIGH (1..256 = 1,2,4,...,256).", show_default="1,4,16,64,256",
                                             metavar="LEVELS")] = None,
@@ -31,15 +33,21 @@ def sweep(
                                                 "concurrent sessions.")] = None,
     gpu_hour_usd: Annotated[float | None, typer.Option(help="Cost: price of one GPU-hour, USD; each target is "
                                                      "priced at its own GPU count in the decision table.")] = None,
-    arrival: Annotated[str | None, typer.Option(help="poisson, gamma or constant.")] = None,
-    burstiness: Annotated[float | None, typer.Option(help="Gamma shape.")] = None,
-    requests: Annotated[int | None, typer.Option(help="Requests per point.")] = None,
+    arrival: Annotated[str | None, typer.Option(help="poisson, gamma or constant.",
+                                                   show_default="poisson")] = None,
+    burstiness: Annotated[float | None, typer.Option(help="Gamma shape.", show_default="1")] = None,
+    requests: Annotated[int | None, typer.Option(
+        help="Requests per point.", show_default="max(200, 4 x users) unless --duration")] = None,
     duration: Annotated[float | None, typer.Option(help="Seconds per point.")] = None,
-    warmup: Annotated[int | None, typer.Option(help="Warm-up requests per point.")] = None,
-    input_tokens: Annotated[int | None, typer.Option(help="Prompt tokens per request.")] = None,
-    output_tokens: Annotated[int | None, typer.Option(help="Output tokens per request.")] = None,
+    warmup: Annotated[int | None, typer.Option(help="Warm-up requests per point.",
+                                                 show_default="0")] = None,
+    input_tokens: Annotated[int | None, typer.Option(help="Prompt tokens per request.",
+                                                      show_default="1024")] = None,
+    output_tokens: Annotated[int | None, typer.Option(help="Output tokens per request.",
+                                                       show_default="256")] = None,
     ignore_eos: Annotated[bool | None, typer.Option("--ignore-eos", help="Force output lengths.")] = None,
-    stream: Annotated[bool | None, typer.Option("--stream/--no-stream", help="Stream responses.")] = None,
+    stream: Annotated[bool | None, typer.Option("--stream/--no-stream", help="Stream responses.",
+                                                        show_default="stream")] = None,
     api_key_env: Annotated[str | None, typer.Option(help="Env var holding the API key.")] = None,
     slo_ttft_ms: Annotated[float | None, typer.Option(help="Goodput SLO on TTFT, ms.")] = None,
     slo_itl_ms: Annotated[float | None, typer.Option(help="Goodput SLO on mean ITL, ms.")] = None,
@@ -54,8 +62,9 @@ def sweep(
     resume: Annotated[str | None, typer.Option(help="Resume the sweep in this directory.")] = None,
     force: Annotated[bool, typer.Option("--force", help="With --resume: resume even when the target, workload "
                                         "or grid differ from the stored sweep.")] = False,
-    seed: Annotated[int | None, typer.Option(help="Seed.")] = None,
-    out: Annotated[str | None, typer.Option(help="Directory in which the sweep directory is created.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed.", show_default="0")] = None,
+    out: Annotated[str | None, typer.Option(help="Directory in which the sweep directory is created.",
+                                              show_default="runs")] = None,
     name: Annotated[str | None, typer.Option(help="Sweep name.")] = None,
     config: Annotated[str | None, typer.Option("--config", help="YAML config file.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print sweep.json.")] = False,

@@ -37,6 +37,21 @@ def test_every_command_has_an_example():
     assert names and all(n in EXAMPLES for n in names), sorted(set(names) - set(EXAMPLES))
 
 
+def test_sweep_and_run_help_show_the_effective_defaults(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["sweep", "-h"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for shown in ("(sim:llama-3.1-8b@1xh100)", "(1024)", "(256)", "(poisson)", "(runs)", "(stream)",
+                  "(max(200, 4 x users) unless --duration)"):
+        assert f"[default: {shown}]" in text, shown
+    assert main(["run", "-h"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "[default: (stream)]" in text and "[default: (max(200, 4 x users) unless --duration)]" in text
+    # the requests default is what the config resolves to
+    assert RunConfig.model_validate({"load": {"concurrency": 100}}).limits.requests == 400
+    assert RunConfig.model_validate({}).limits.requests == 200
+
+
 def test_sweep_help_documents_power_of_two_ranges(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
     assert main(["sweep", "-h"]) == 0
