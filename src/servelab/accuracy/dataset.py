@@ -123,8 +123,10 @@ def _item_from(obj: object, path: Path, line: int, default_matcher: str) -> Item
 
 def _check_expected(expected: str, matcher: str, where: str) -> None:
     if matcher == "number" and parse_number(expected) is None:
-        raise ConfigError(f"{where}: expected answer {expected!r} is not a number but the matcher is 'number'",
-                          hint="use matcher 'exact' or 'regex' for non-numeric answers")
+        raise ConfigError(
+            f"{where}: expected answer {expected!r} is not a number but the matcher is 'number'",
+            hint="use matcher 'exact' or 'regex' for non-numeric answers",
+        )
     if matcher == "regex":
         try:
             re.compile(expected)
@@ -137,7 +139,9 @@ def load_jsonl(path: str | Path, default_matcher: str = "exact") -> list[Item]:
     """Items of a user's JSONL answer set (see the module docstring for the format)."""
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(f"answer set {str(p)!r} does not exist", hint="pass an existing JSONL file to --dataset")
+        raise ConfigError(
+            f"answer set {str(p)!r} does not exist", hint="pass an existing JSONL file to --dataset"
+        )
     items: list[Item] = []
     seen: dict[str, int] = {}
     with p.open("rb") as f:

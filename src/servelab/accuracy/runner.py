@@ -76,13 +76,26 @@ async def run_items(transport: Transport, items: Sequence[Item], *, clock: Clock
             return ItemResult(item.id, rec.status, None, None, item.expected, item.matcher, rec.output_text,
                               rec.error, latency, rec.finish_reason, rec.usage_completion_tokens)
         m = match(item.matcher, rec.output_text, item.expected)
-        return ItemResult(item.id, rec.status, m.correct, m.answer, item.expected, item.matcher, rec.output_text,
-                          None, latency, rec.finish_reason, rec.usage_completion_tokens)
+        return ItemResult(
+            item.id,
+            rec.status,
+            m.correct,
+            m.answer,
+            item.expected,
+            item.matcher,
+            rec.output_text,
+            None,
+            latency,
+            rec.finish_reason,
+            rec.usage_completion_tokens,
+        )
 
     return list(await asyncio.gather(*(one(i, it) for i, it in enumerate(items))))
 
 
-def score(results: Sequence[ItemResult | dict[str, Any]], confidence: float = DEFAULT_CONFIDENCE) -> dict[str, Any]:
+def score(
+    results: Sequence[ItemResult | dict[str, Any]], confidence: float = DEFAULT_CONFIDENCE
+) -> dict[str, Any]:
     """Accuracy over the answered items with its Wilson interval, plus counts (and per-kind accuracy)."""
     rows = [r if isinstance(r, dict) else asdict(r) for r in results]
     answered = [r for r in rows if r["correct"] is not None]
@@ -98,9 +111,16 @@ def score(results: Sequence[ItemResult | dict[str, Any]], confidence: float = DE
     }
 
 
-def accuracy_for_target(target: TargetConfig, items: Sequence[Item], *, concurrency: int = DEFAULT_CONCURRENCY,
-                        max_tokens: int = DEFAULT_MAX_TOKENS, seed: int = 0, system_prompt: str | None = None,
-                        confidence: float = DEFAULT_CONFIDENCE) -> dict[str, Any]:
+def accuracy_for_target(
+    target: TargetConfig,
+    items: Sequence[Item],
+    *,
+    concurrency: int = DEFAULT_CONCURRENCY,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    seed: int = 0,
+    system_prompt: str | None = None,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> dict[str, Any]:
     """Run ``items`` against ``target`` at temperature 0 and score them (blocking; opens its own clock).
 
     Returns ``{"target": facts, "summary": score(...), "results": [per-item dicts]}``; feed two of these to

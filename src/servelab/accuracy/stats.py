@@ -91,6 +91,8 @@ def difference_paired(x: Sequence[bool], y: Sequence[bool], confidence: float = 
         # Newcombe's continuity-corrected correlation: shrink a positive one by n/2.
         num = max(cross - n / 2, 0.0) if cross > 0 else float(cross)
         phi = num / math.sqrt(margins)
-    lo, hi = _newcombe(kx / n, ky / n, wilson_interval(kx, n, confidence), wilson_interval(ky, n, confidence), phi)
+    lo, hi = _newcombe(
+        kx / n, ky / n, wilson_interval(kx, n, confidence), wilson_interval(ky, n, confidence), phi
+    )
     return {"diff": (kx - ky) / n, "lo": lo, "hi": hi, "n": n, "discordant": (only_x, only_y),
             "method": "newcombe-paired"}
