@@ -72,7 +72,9 @@ class Scraper:
             raise
         except Exception as e:  # noqa: BLE001 - a failing /metrics must never fail the run
             if len(self.rows.errors) < 100:
-                self.rows.errors.append({"t_ns": t, "source": self.source, "error": f"{type(e).__name__}: {e}"})
+                self.rows.errors.append(
+                    {"t_ns": t, "source": self.source, "error": f"{type(e).__name__}: {e}"}
+                )
             return
         self.names_seen.update(s.raw_name for s in samples)
         self._last = samples

@@ -66,7 +66,9 @@ class NvmlSampler:
             mem = nv.nvmlDeviceGetMemoryInfo(h)
             out.append(Sample("nvml_gpu_utilization", "gpu_utilization", lab, util.gpu / 100.0))
             out.append(Sample("nvml_memory_used", "gpu_memory_used_bytes", lab, float(mem.used)))
-            out.append(Sample("nvml_power_usage", "gpu_power_watts", lab, nv.nvmlDeviceGetPowerUsage(h) / 1000.0))
+            out.append(
+                Sample("nvml_power_usage", "gpu_power_watts", lab, nv.nvmlDeviceGetPowerUsage(h) / 1000.0)
+            )
             out.append(Sample("nvml_sm_clock", "gpu_sm_clock_mhz", lab,
                               float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM))))
         return out
