@@ -82,14 +82,11 @@ class RooflineCost:
         domain_gpus = min(hw.domain_size, d.world) if hw.domain_size >= d.gpus_per_node else d.gpus_per_node
         self.domain = max(d.gpus_per_node, domain_gpus)
         self.tp_cross = d.tp > self.domain  # the tp group leaves the scale-up domain
-        # KV values per token per layer as read by one GPU (per attention rank).
+        self.kv_vals = d.kv_values_per_rank  # KV values per token per layer as read by one GPU
         if m.attention["kind"] == "mla":
-            self.kv_vals = m.kv_values_per_token_layer
             a = m.attention
             self.prefill_core = a["qk_nope_head_dim"] + a["qk_rope_head_dim"] + a["v_head_dim"]
         else:
-            kvh = m.attention.get("kv_heads", m.heads)
-            self.kv_vals = 2 * max(1, kvh // d.attn_tp) * m.attention["head_dim"]
             self.prefill_core = m.attn_core_dim
         self.stage_layers = m.layers / d.pp
         self.frac_sliding = m.n_sliding_layers / m.layers

@@ -210,6 +210,17 @@ class Deployment:
         return self.tp // self.ep
 
     @property
+    def kv_values_per_rank(self) -> int:
+        """KV values cached per token per layer on one GPU (one attention rank): MLA's latent whole (every
+        rank keeps it), other attention its share of the KV heads over the attention TP group (at least one
+        head: a group wider than the KV heads replicates them)."""
+        m = self.model
+        if m.attention["kind"] == "mla":
+            return m.kv_values_per_token_layer
+        kvh = m.attention.get("kv_heads", m.heads)
+        return 2 * max(1, kvh // self.attn_tp) * m.attention["head_dim"]
+
+    @property
     def sched_max_seqs(self) -> int:
         """Running-sequence limit of one replica's scheduler (the per-rank limit times the attention
         ranks)."""
@@ -334,11 +345,7 @@ def _plan_memory(d: Deployment) -> Memory:
         + d.max_num_seqs * m.vocab * 4 / d.attn_tp
     kvb = DTYPE_BYTES[d.kv_dtype]
     stage_layers = m.layers / d.pp
-    if m.attention["kind"] == "mla":
-        values = m.kv_values_per_token_layer
-    else:
-        kvh = m.attention.get("kv_heads", m.heads)
-        values = 2 * max(1, kvh // d.attn_tp) * m.attention["head_dim"]
+    values = d.kv_values_per_rank
     sliding_layers = m.n_sliding_layers / d.pp
     per_token = (stage_layers - sliding_layers) * values * kvb
     # Sliding-window layers keep at most one window per running sequence. Engines allocate those pages from
