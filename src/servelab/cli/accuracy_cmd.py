@@ -35,28 +35,55 @@ def _targets(urls: list[str], models: list[str] | None, api: str | None, api_key
 
 
 def accuracy(
-    target: Annotated[list[str], typer.Option(help="Target base URL or simulator spec (repeat to compare; "
-                                                   "the first is the baseline).")],
-    model: Annotated[list[str] | None, typer.Option(help="Model name: once for all targets or once per "
-                                                         "target (default: the first the server lists).")] = None,
-    dataset: Annotated[str | None, typer.Option(help="JSONL answer set: {\"prompt\", \"expected\", "
-                                                     "\"matcher\"?, \"id\"?} per line (default: generated).")] = None,
-    matcher: Annotated[str | None, typer.Option(help="Override every item's matcher: exact, regex or number.")] = None,
-    n: Annotated[int | None, typer.Option("--n", help="Items: generated count (default 200) or the first N "
-                                                      "of --dataset.")] = None,
+    target: Annotated[
+        list[str],
+        typer.Option(
+            help="Target base URL or simulator spec (repeat to compare; the first is the baseline)."
+        ),
+    ],
+    model: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Model name: once for all targets or once per target (default: the first the server lists)."
+        ),
+    ] = None,
+    dataset: Annotated[
+        str | None,
+        typer.Option(
+            help='JSONL answer set: {"prompt", "expected", "matcher"?, "id"?} per line (default: generated).'
+        ),
+    ] = None,
+    matcher: Annotated[
+        str | None, typer.Option(help="Override every item's matcher: exact, regex or number.")
+    ] = None,
+    n: Annotated[
+        int | None,
+        typer.Option("--n", help="Items: generated count (default 200) or the first N of --dataset."),
+    ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the generated answer set.")] = 0,
     concurrency: Annotated[int, typer.Option(help="Requests in flight per target.")] = 8,
     max_tokens: Annotated[int, typer.Option(help="max_tokens per answer (leave room for reasoning).")] = 256,
     api: Annotated[str | None, typer.Option(help="chat or completions.")] = None,
     system_prompt: Annotated[str | None, typer.Option(help="System message before every question.")] = None,
-    api_key_env: Annotated[str | None, typer.Option(help="Env var holding the API key (never stored).")] = None,
+    api_key_env: Annotated[
+        str | None, typer.Option(help="Env var holding the API key (never stored).")
+    ] = None,
     header: Annotated[list[str] | None, typer.Option(help="Extra header 'Name: value' (repeatable).")] = None,
-    max_drop: Annotated[float, typer.Option(help="Flag a candidate whose accuracy is lower than the baseline's "
-                                                 "by more than this fraction, beyond the interval.")] = 0.0,
-    fail_on_drop: Annotated[bool, typer.Option("--fail-on-drop", help="Exit 1 when a drop is flagged.")] = False,
+    max_drop: Annotated[
+        float,
+        typer.Option(
+            help="Flag a candidate whose accuracy is lower than the baseline's "
+            "by more than this fraction, beyond the interval."
+        ),
+    ] = 0.0,
+    fail_on_drop: Annotated[
+        bool, typer.Option("--fail-on-drop", help="Exit 1 when a drop is flagged.")
+    ] = False,
     out: Annotated[str, typer.Option(help="Directory in which the run directory is created.")] = "runs",
     name: Annotated[str | None, typer.Option(help="Run name (part of the directory name).")] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print accuracy.json instead of the table.")] = False,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print accuracy.json instead of the table.")
+    ] = False,
 ) -> None:
     """Score targets on a held-out answer set (accuracy with a 95% interval, agreement, quality drop)."""
     from servelab.accuracy.dataset import load_dataset
@@ -65,14 +92,30 @@ def accuracy(
     from servelab.records.rundir import create_run_dir
 
     if concurrency < 1 or max_tokens < 1:
-        raise ConfigError(f"--concurrency and --max-tokens must be at least 1, got {concurrency} and {max_tokens}")
+        raise ConfigError(
+            f"--concurrency and --max-tokens must be at least 1, got {concurrency} and {max_tokens}"
+        )
     if not 0 <= max_drop < 1:
-        raise ConfigError(f"--max-drop must be a fraction in [0, 1), got {max_drop}", hint="e.g. --max-drop 0.02")
+        raise ConfigError(
+            f"--max-drop must be a fraction in [0, 1), got {max_drop}", hint="e.g. --max-drop 0.02"
+        )
     targets = _targets(target, model, api, api_key_env, header)
     items = load_dataset(dataset, n=n, seed=seed, matcher=matcher)
-    source = {"source": dataset or "generated", "seed": None if dataset else seed, "matcher_override": matcher}
-    report = evaluate(targets, items, dataset=source, concurrency=concurrency, max_tokens=max_tokens, seed=seed,
-                      system_prompt=system_prompt, max_drop=max_drop)
+    source = {
+        "source": dataset or "generated",
+        "seed": None if dataset else seed,
+        "matcher_override": matcher,
+    }
+    report = evaluate(
+        targets,
+        items,
+        dataset=source,
+        concurrency=concurrency,
+        max_tokens=max_tokens,
+        seed=seed,
+        system_prompt=system_prompt,
+        max_drop=max_drop,
+    )
     run_dir = create_run_dir(out, name or "accuracy")
     public = write_run(run_dir, report, items)
     if json_out:
@@ -120,8 +163,10 @@ def _print(report: dict[str, Any]) -> None:
                       f"[{100 * q['lo']:+.1f}, {100 * q['hi']:+.1f}] -> [{style}]{q['verdict']}[/]")
     for r in report["targets"]:
         if r["failed"]:
-            console.print(f"[yellow]warning[/]: #{r['index']} failed {r['failed']} request(s); accuracy is over "
-                          "the answered items (see items.jsonl for the errors)")
+            console.print(
+                f"[yellow]warning[/]: #{r['index']} failed {r['failed']} request(s); accuracy is over "
+                "the answered items (see items.jsonl for the errors)"
+            )
         if r["wrong_at_length_limit"]:
             console.print(f"[yellow]note[/]: #{r['index']}: {r['wrong_at_length_limit']} wrong answer(s) hit "
                           "max_tokens; raise --max-tokens if the model reasons before answering")

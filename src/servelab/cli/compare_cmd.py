@@ -77,7 +77,7 @@ def compare(
     report: Annotated[str | None, typer.Option(help="Also write an HTML report of A with the comparison "
                                                "table to this file.")] = None,
 ) -> None:
-    """Compare runs fairly: refuse when more than one dimension differs; figures with intervals and verdicts."""
+    """Compare runs fairly: refuse when more than one dimension differs; figures with intervals and verdicts."""  # noqa: E501
     from servelab.analysis.compare import check_fair, compare_figures, manifest_diff
 
     if len(runs) < 2:
@@ -106,7 +106,9 @@ def compare(
     if report:
         _write_report(runs, result, report)
     if json_out:
-        sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode() + "\n")
+        sys.stdout.write(
+            orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode() + "\n"
+        )
         return
     con = wide_console()
     t = Table(title="what differs", title_justify="left")
@@ -137,9 +139,12 @@ def _write_report(dirs: list[str], result: dict[str, Any], out: str) -> None:
         raise ConfigError("--report writes the comparison into run A's report: A must be a run directory",
                           hint="for sweeps, compare with --json and use `servelab report SWEEP_DIR`")
     block = result["figures"][0] if result["figures"] else None
-    comparison = {"names": [block["a"], block["b"]] if block else result["names"][:2], "diff": result["diff"],
-                  "figures": block["rows"] if block else [],
-                  "runs": [(n, read_run(d)) for n, d in zip(result["names"], dirs, strict=True) if is_run_dir(d)]}
+    comparison = {
+        "names": [block["a"], block["b"]] if block else result["names"][:2],
+        "diff": result["diff"],
+        "figures": block["rows"] if block else [],
+        "runs": [(n, read_run(d)) for n, d in zip(result["names"], dirs, strict=True) if is_run_dir(d)],
+    }
     path = write_run_report(Path(first), Path(out), comparison=comparison)
     pngs = sorted(path.parent.glob(f"{path.stem}-*.png"))
     Console(stderr=True, soft_wrap=True).print(
@@ -159,10 +164,15 @@ def _fraction(text: str, flag: str = "--max-regression") -> float:
     return v
 
 
-NoiseFloor = Annotated[str, typer.Option(help="Practical-significance floor: relative differences at or under "
-                                              "it are noise, e.g. 2%.")]
-Force = Annotated[bool, typer.Option("--force", help="Go on when the runs are not comparable (warn instead of "
-                                                     "exit 2).")]
+NoiseFloor = Annotated[
+    str,
+    typer.Option(
+        help="Practical-significance floor: relative differences at or under it are noise, e.g. 2%."
+    ),
+]
+Force = Annotated[
+    bool, typer.Option("--force", help="Go on when the runs are not comparable (warn instead of exit 2).")
+]
 
 
 def check(
@@ -170,7 +180,9 @@ def check(
     candidate: Annotated[str, typer.Argument(help="Candidate run or sweep directory.")],
     max_regression: Annotated[str, typer.Option(help="Largest allowed regression, e.g. 10%.")] = "10%",
     noise_floor: NoiseFloor = "2%",
-    allow_diff: Annotated[list[str] | None, typer.Option(help="A dimension allowed to differ (repeatable).")] = None,
+    allow_diff: Annotated[
+        list[str] | None, typer.Option(help="A dimension allowed to differ (repeatable).")
+    ] = None,
     force: Force = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the failures as JSON.")] = False,
 ) -> None:
@@ -184,8 +196,10 @@ def check(
     if floor >= 1:
         raise ConfigError(f"--noise-floor must be under 100%, got {noise_floor!r}")
     b, c = _load(baseline), _load(candidate)
-    sides = [{"name": x["name"], "manifest": x["manifest"], "levels": {k: v[0] for k, v in x["levels"].items()}}
-             for x in (b, c)]
+    sides = [
+        {"name": x["name"], "manifest": x["manifest"], "levels": {k: v[0] for k, v in x["levels"].items()}}
+        for x in (b, c)
+    ]
     refused = refusals(sides[0], sides[1], allow_diff=allow_diff or ())
     err = Console(stderr=True, soft_wrap=True)
     if refused and not force:
@@ -204,7 +218,9 @@ def check(
         for f in fails:
             con.print(f"[red]regression[/] {escape(f['message'])}", highlight=False)
         if not fails:
-            con.print(f"no regression beyond {limit:.0%} (noise floor {floor:.0%}) at {len(b['levels'])} level(s)",
-                      highlight=False)
+            con.print(
+                f"no regression beyond {limit:.0%} (noise floor {floor:.0%}) at {len(b['levels'])} level(s)",
+                highlight=False,
+            )
     if fails:
         raise CheckFailed(f"{len(fails)} regression(s) beyond {limit:.0%} in {c['name']} against {b['name']}")

@@ -15,19 +15,29 @@ from pydantic_core import PydanticUndefined
 
 from servelab.errors import ConfigError
 
-app = typer.Typer(help="Config files: write a commented starting file, print every key.", no_args_is_help=True,
-                  add_completion=False)
+app = typer.Typer(
+    help="Config files: write a commented starting file, print every key.",
+    no_args_is_help=True,
+    add_completion=False,
+)
 
 # Flags that set keys without a FLAG_PATHS entry (they need a little translation in cli/options.py).
 _EXTRA_FLAGS = {"target.headers": ["--header"], "workload.profile": ["--profile"],
                 "cost.model.gpu_hour_usd": ["--gpu-hour-usd"], "cost.model.gpus": ["--gpus"],
                 "target.allow_over_context": ["--allow-over-context"], "mix": ["--mix"]}
 # `servelab replay`'s own flags, which set keys of the replay workload (kind: replay) only.
-_REPLAY_FLAGS = {"workload.path": "TRACE (argument)", "workload.format": "--format", "workload.speed": "--speed",
-                 "workload.rate": "--rate",
-                 "workload.start_s": "--start", "workload.duration_s": "--duration",
-                 "workload.sample": "--sample", "workload.max_requests": "--max-requests",
-                 "workload.options": "--option", "workload.ignore_eos": "--no-ignore-eos"}
+_REPLAY_FLAGS = {
+    "workload.path": "TRACE (argument)",
+    "workload.format": "--format",
+    "workload.speed": "--speed",
+    "workload.rate": "--rate",
+    "workload.start_s": "--start",
+    "workload.duration_s": "--duration",
+    "workload.sample": "--sample",
+    "workload.max_requests": "--max-requests",
+    "workload.options": "--option",
+    "workload.ignore_eos": "--no-ignore-eos",
+}
 # Sections whose inner keys are documented elsewhere (agent sessions: docs/profiles.md).
 _NOT_WALKED = {"workload.session"}
 
@@ -61,8 +71,11 @@ def _type_words(annotation: Any) -> str:
 def _default(info: Any) -> str:
     if info.default is not PydanticUndefined:
         d = info.default
-        return "required" if d is Ellipsis else ("none" if d is None else str(d).lower() if isinstance(d, bool)
-                                                  else str(d))
+        return (
+            "required"
+            if d is Ellipsis
+            else ("none" if d is None else str(d).lower() if isinstance(d, bool) else str(d))
+        )
     if info.default_factory is not None:
         try:
             v = info.default_factory()
@@ -111,15 +124,21 @@ def rows(model: type[BaseModel] = None, prefix: str = "", depth: int = 0) -> lis
 
 
 def render_doc() -> str:
-    lines = ["# Configuration keys", "",
-             "Every key `servelab run`, `replay` and `sweep` read from a YAML file (`--config run.yaml`), with its "
-             "default and the flag that sets it. Flags beat the file; the file beats the defaults. A key written "
-             "where it does not belong exits with code 2 and a did-you-mean (`concurrency` -> "
-             "`load.concurrency`). `servelab config init run.yaml` writes a commented starting file.", "",
-             "This page is generated: `servelab config doc > docs/config.md` (a test keeps it up to date). Agent "
-             "session steps (`workload.session`) are described in `docs/profiles.md`; length distributions "
-             "(`input_tokens`, `output_tokens`) take a number or `{kind: fixed|uniform|normal|lognormal|"
-             "exponential|empirical, ...}`.", ""]
+    lines = [
+        "# Configuration keys",
+        "",
+        "Every key `servelab run`, `replay` and `sweep` read from a YAML file (`--config run.yaml`), with "
+        "its "
+        "default and the flag that sets it. Flags beat the file; the file beats the defaults. A key written "
+        "where it does not belong exits with code 2 and a did-you-mean (`concurrency` -> "
+        "`load.concurrency`). `servelab config init run.yaml` writes a commented starting file.",
+        "",
+        "This page is generated: `servelab config doc > docs/config.md` (a test keeps it up to date). Agent "
+        "session steps (`workload.session`) are described in `docs/profiles.md`; length distributions "
+        "(`input_tokens`, `output_tokens`) take a number or `{kind: fixed|uniform|normal|lognormal|"
+        "exponential|empirical, ...}`.",
+        "",
+    ]
     section = None
     all_rows = rows()
     parents = {r["key"].split(".")[0] for r in all_rows if "." in r["key"]}

@@ -6,10 +6,16 @@ from typing import Annotated
 
 import typer
 
-Target = Annotated[str | None, typer.Option(help="OpenAI-compatible base URL (http://127.0.0.1:8000/v1) or a "
-                                            "simulator: sim:MODEL@COUNTxHW[,k=v...], sim:FILE.yaml (plain sim: "
-                                            "a tiny test model).", show_default="sim:llama-3.1-8b@1xh100",
-                                            metavar="URL|SIM")]
+Target = Annotated[
+    str | None,
+    typer.Option(
+        help="OpenAI-compatible base URL (http://127.0.0.1:8000/v1) or a "
+        "simulator: sim:MODEL@COUNTxHW[,k=v...], sim:FILE.yaml (plain sim: "
+        "a tiny test model).",
+        show_default="sim:llama-3.1-8b@1xh100",
+        metavar="URL|SIM",
+    ),
+]
 Model = Annotated[str | None, typer.Option(help="Model name (default: the first the server lists).")]
 Api = Annotated[str | None, typer.Option(help="chat or completions.", show_default="chat", metavar="API")]
 Concurrency = Annotated[int | None, typer.Option(help="Closed loop: concurrent users.",
@@ -17,8 +23,10 @@ Concurrency = Annotated[int | None, typer.Option(help="Closed loop: concurrent u
 Rate = Annotated[float | None, typer.Option(help="Open loop: requests per second.", metavar="REQ/S")]
 Arrival = Annotated[str | None, typer.Option(help="Open-loop arrivals: poisson, gamma or constant.",
                                               show_default="poisson", metavar="KIND")]
-Burstiness = Annotated[float | None, typer.Option(help="Gamma shape (1 = Poisson, <1 burstier).", show_default="1",
-                                                   metavar="SHAPE")]
+Burstiness = Annotated[
+    float | None,
+    typer.Option(help="Gamma shape (1 = Poisson, <1 burstier).", show_default="1", metavar="SHAPE"),
+]
 Requests = Annotated[int | None, typer.Option(help="Requests to send.",
                                                show_default="max(200, 4 x users) unless --duration",
                                                metavar="N")]
@@ -34,18 +42,34 @@ Stream = Annotated[bool | None, typer.Option("--stream/--no-stream", help="Strea
                                             show_default="stream")]
 ApiKeyEnv = Annotated[str | None, typer.Option(help="Env var holding the API key (never stored).")]
 Header = Annotated[list[str] | None, typer.Option(help="Extra header 'Name: value' (repeatable).")]
-AllowOverContext = Annotated[bool | None, typer.Option("--allow-over-context", help="Send prompts + outputs longer "
-                                                    "than the served max_model_len anyway (default: refuse, exit 2).")]
+AllowOverContext = Annotated[
+    bool | None,
+    typer.Option(
+        "--allow-over-context",
+        help="Send prompts + outputs longer than the served max_model_len anyway (default: refuse, exit 2).",
+    ),
+]
 Tokenizer = Annotated[str | None, typer.Option(help="Local tokenizer.json for prompt lengths.")]
-IdleTimeout = Annotated[float | None, typer.Option(help="Inter-token idle timeout, s: a stream quiet this long "
-                                                   "after a token ends as `timeout` (default 60).")]
-MaxResponseBytes = Annotated[int | None, typer.Option(help="Per-response byte cap: a bigger response is cut and "
-                                                      "recorded `malformed` (default 64 MiB).")]
+IdleTimeout = Annotated[
+    float | None,
+    typer.Option(
+        help="Inter-token idle timeout, s: a stream quiet this long "
+        "after a token ends as `timeout` (default 60)."
+    ),
+]
+MaxResponseBytes = Annotated[
+    int | None,
+    typer.Option(
+        help="Per-response byte cap: a bigger response is cut and recorded `malformed` (default 64 MiB)."
+    ),
+]
 SloTtft = Annotated[float | None, typer.Option(help="Goodput SLO on TTFT, ms.")]
 SloItl = Annotated[float | None, typer.Option(help="Goodput SLO on mean ITL, ms.")]
 SloTpot = Annotated[float | None, typer.Option(help="Goodput SLO on TPOT, ms.")]
 SloE2e = Annotated[float | None, typer.Option(help="Goodput SLO on end-to-end latency, ms.")]
-Seed = Annotated[int | None, typer.Option(help="Seed: same seed, same requests.", show_default="0", metavar="N")]
+Seed = Annotated[
+    int | None, typer.Option(help="Seed: same seed, same requests.", show_default="0", metavar="N")
+]
 Out = Annotated[str | None, typer.Option(help="Directory in which the run directory is created.",
                                           show_default="runs", metavar="DIR")]
 Name = Annotated[str | None, typer.Option(help="Run name (part of the directory name).")]
@@ -53,12 +77,22 @@ ConfigFile = Annotated[str | None, typer.Option("--config", help="YAML config fi
                                                  "`servelab config init` writes one).", metavar="FILE")]
 JsonOut = Annotated[bool, typer.Option("--json", help="Print the JSON result instead of the table.")]
 Report = Annotated[bool, typer.Option("--report/--no-report", help="Write report.html.")]
-Workers = Annotated[str | None, typer.Option(help="Worker processes that drive the load together: N, or auto "
-                                             "(one per core). Default 1 (this process). With --ray: Ray shards.")]
+Workers = Annotated[
+    str | None,
+    typer.Option(
+        help="Worker processes that drive the load together: N, or auto "
+        "(one per core). Default 1 (this process). With --ray: Ray shards."
+    ),
+]
 Ray = Annotated[str | None, typer.Option("--ray", help="Run on Ray: --ray starts a local Ray cluster, --ray "
                                          "ADDRESS joins one (auto, or ray://HEAD:10001).")]
-Parallel = Annotated[int | None, typer.Option(help="Sweep points run at once, each in its own worker process "
-                                              "(default 1). Real servers: use {port}/{gpus} in --server-cmd.")]
+Parallel = Annotated[
+    int | None,
+    typer.Option(
+        help="Sweep points run at once, each in its own worker process "
+        "(default 1). Real servers: use {port}/{gpus} in --server-cmd."
+    ),
+]
 
 # Options whose value may be left out: a bare flag means this value (click cannot say so through typer).
 OPTIONAL_VALUES = {"--ray": "local"}

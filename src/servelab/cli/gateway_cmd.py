@@ -37,15 +37,19 @@ def build_pair(config: str | None, flags: dict[str, Any], direct: str, via: str)
     cfgs = [build_run_config(config, {**flags, "target": url}) for url in (direct, via)]
     for cfg, which in zip(cfgs, ("--direct", "--via"), strict=True):
         if cfg.target.is_sim:
-            raise ConfigError(f"{which} must be an http(s) URL, got the simulator target {cfg.target.url!r}",
-                              hint="serve the simulator with `servelab sim serve` and put the gateway in front")
+            raise ConfigError(
+                f"{which} must be an http(s) URL, got the simulator target {cfg.target.url!r}",
+                hint="serve the simulator with `servelab sim serve` and put the gateway in front",
+            )
     if cfgs[0].target.url == cfgs[1].target.url:
         raise ConfigError(f"--direct and --via are the same URL ({cfgs[0].target.url})",
                           hint="--via is the gateway's URL, --direct the server behind it")
     if not hasattr(cfgs[0].workload, "ignore_eos"):
-        raise ConfigError(f"gateway-overhead needs a workload with fixed output lengths (requests or replay), "
-                          f"got kind {cfgs[0].workload.kind!r}",
-                          hint="use --input-tokens/--output-tokens or a trace replay")
+        raise ConfigError(
+            f"gateway-overhead needs a workload with fixed output lengths (requests or replay), "
+            f"got kind {cfgs[0].workload.kind!r}",
+            hint="use --input-tokens/--output-tokens or a trace replay",
+        )
     metrics = cfgs[0].telemetry.metrics_url or metrics_url_for(cfgs[0].target.url)
     return tuple(c.model_copy(update={"telemetry": c.telemetry.model_copy(update={"metrics_url": metrics}),
                                       "workload": c.workload.model_copy(update={"ignore_eos": True})})
@@ -83,7 +87,9 @@ def measure(cfg_direct: Any, cfg_via: Any, *, prime: bool, out_dir: Path, argv: 
                                                          "order": [n for n, _ in plan]}})
         if name != "prime":
             tables[role].append(read_run(runs[name].run_dir).requests)
-    result = gateway_overhead(tables["direct"], tables["via"], mode=cfg_direct.load.mode, seed=cfg_direct.seed)
+    result = gateway_overhead(
+        tables["direct"], tables["via"], mode=cfg_direct.load.mode, seed=cfg_direct.seed
+    )
     result["output_lengths"] = output_lengths(tables["direct"], tables["via"])
     result["order"] = [n for n, _ in plan]
     result["runs"] = {name: str(r.run_dir) for name, r in runs.items()}
@@ -111,15 +117,28 @@ def gateway_overhead(
     api_key_env: flags.ApiKeyEnv = None,
     header: flags.Header = None,
     seed: Annotated[int | None, typer.Option(help="Seed: both runs send the same requests.")] = None,
-    out: Annotated[str | None, typer.Option(help="Directory in which the pair's directory is created.")] = None,
+    out: Annotated[
+        str | None, typer.Option(help="Directory in which the pair's directory is created.")
+    ] = None,
     name: Annotated[str | None, typer.Option(help="Name (part of the directory name).")] = None,
-    config: Annotated[str | None, typer.Option("--config", help="YAML config file (its target.url is "
-                                                                "replaced by --direct / --via).")] = None,
-    prime: Annotated[bool, typer.Option("--prime/--no-prime", help="Warm the server with one unmeasured run "
-                                                                   "first.")] = True,
-    repeats: Annotated[int, typer.Option(min=1, max=50, help="Measured (direct, via) pairs, interleaved A B B A "
-                                                             "(2 pairs: direct, via, via, direct).")] = 2,
-    json_out: Annotated[bool, typer.Option("--json", help="Print gateway.json instead of the table.")] = False,
+    config: Annotated[
+        str | None,
+        typer.Option("--config", help="YAML config file (its target.url is replaced by --direct / --via)."),
+    ] = None,
+    prime: Annotated[
+        bool, typer.Option("--prime/--no-prime", help="Warm the server with one unmeasured run first.")
+    ] = True,
+    repeats: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=50,
+            help="Measured (direct, via) pairs, interleaved A B B A (2 pairs: direct, via, via, direct).",
+        ),
+    ] = 2,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print gateway.json instead of the table.")
+    ] = False,
 ) -> None:
     """Measure what a gateway adds: TTFT, ITL, e2e and throughput overhead with bootstrap intervals."""
     from servelab.records.rundir import create_run_dir, write_json
@@ -166,9 +185,12 @@ def _print(result: dict[str, Any]) -> None:
                   f"Order: {', '.join(result['order'])}.", highlight=False)
     lengths = result["output_lengths"]
     if not lengths["identical"]:
-        console.print(f"[yellow]warning:[/] output lengths differ (direct {lengths['direct_tokens']:,} tokens, via "
-                      f"{lengths['via_tokens']:,}): the server did not honour ignore_eos/max_tokens or requests "
-                      "failed, so e2e and ITL compare different work", highlight=False)
+        console.print(
+            f"[yellow]warning:[/] output lengths differ (direct {lengths['direct_tokens']:,} tokens, via "
+            f"{lengths['via_tokens']:,}): the server did not honour ignore_eos/max_tokens or requests "
+            "failed, so e2e and ITL compare different work",
+            highlight=False,
+        )
     for r in result["rows"]:
         if r.get("note") and "drift" in r["note"]:
             console.print(f"note: {r['figure']}: {r['note']}", highlight=False)

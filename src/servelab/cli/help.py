@@ -16,17 +16,18 @@ HELP_OPTIONS = ["-h", "--help"]
 # need a real endpoint at 127.0.0.1:8000 (run, sweep and gateway-overhead show the simulator form first).
 EXAMPLES: dict[str, str] = {
     "run": "servelab run --target sim:llama-3.1-8b@1xh100 --concurrency 32 --input-tokens 2048 "
-           "--output-tokens 512",
+    "--output-tokens 512",
     "show": "servelab show runs/<run-or-sweep>",
     "profiles": "servelab profiles",
     "replay": "servelab replay trace.jsonl --format mooncake --speed 10",
-    "sweep": "servelab sweep --concurrency 1..256 --target sim:llama-3.1-8b@1xh100   (1..256 = powers of two)",
+    "sweep": "servelab sweep --concurrency 1..256 --target sim:llama-3.1-8b@1xh100   (1..256 = powers of "
+    "two)",
     "compare": "servelab compare runs/<a> runs/<b> --report comparison.html",
     "check": "servelab check runs/<baseline> runs/<candidate> --max-regression 10%",
     "report": "servelab report runs/<run-or-sweep> --out report.html",
     "accuracy": "servelab accuracy --target http://127.0.0.1:8000/v1",
     "gateway-overhead": "servelab gateway-overhead --direct http://127.0.0.1:8000/v1 --via "
-                        "http://127.0.0.1:9000/v1 --concurrency 16",
+    "http://127.0.0.1:9000/v1 --concurrency 16",
     "serve": "servelab sim serve --deployment sim:llama-3.1-8b@1xh100 --port 8000",
     "stats": "servelab trace stats trace.csv --format azure",
     "init": "servelab config init run.yaml",
@@ -43,8 +44,10 @@ def _version(value: bool) -> None:
 
 
 def _root(
-    version: Annotated[bool, typer.Option("--version", "-V", help="Print the version and exit.", is_eager=True,
-                                          callback=_version)] = False,
+    version: Annotated[
+        bool,
+        typer.Option("--version", "-V", help="Print the version and exit.", is_eager=True, callback=_version),
+    ] = False,
 ) -> None:
     """Benchmark LLM serving deployments on real work (serving metrics, agents, sweeps, a simulator)."""
 

@@ -22,8 +22,10 @@ except KeyboardInterrupt:  # pragma: no cover - timing dependent; see tests/e2e/
     sys.stderr.write("interrupted\n")
     raise SystemExit(130) from None
 
-EXIT_CODES_HELP = ("Exit codes: 0 ran and valid; 1 a check failed (SLO, regression) or the run is INVALID; "
-                   "2 bad input or nothing trustworthy measured; 130 interrupted (what was measured is kept).")
+EXIT_CODES_HELP = (
+    "Exit codes: 0 ran and valid; 1 a check failed (SLO, regression) or the run is INVALID; "
+    "2 bad input or nothing trustworthy measured; 130 interrupted (what was measured is kept)."
+)
 
 app = typer.Typer(
     name="servelab",

@@ -71,8 +71,10 @@ def config_data(config_file: str | None, flags: dict[str, Any]) -> dict[str, Any
         from servelab.config.mix import parse_mix
 
         if flags.get("profile") is not None:
-            raise ConfigError("--mix and --profile both name the workload", hint="give the classes in --mix only, "
-                              "e.g. --mix chat:16,batch-summarize:64")
+            raise ConfigError(
+                "--mix and --profile both name the workload",
+                hint="give the classes in --mix only, e.g. --mix chat:16,batch-summarize:64",
+            )
         data["mix"] = parse_mix(flags["mix"])
     if flags.get("profile") is not None:
         data["workload"] = {"kind": "agent", "profile": flags["profile"]}
@@ -84,7 +86,9 @@ def config_data(config_file: str | None, flags: dict[str, Any]) -> dict[str, Any
     # Several flags share a path (--concurrency and --sessions): only the ones given may set it.
     overrides = {path: flags[name] for name, path in FLAG_PATHS.items() if flags.get(name) is not None}
     if flags.get("gpu_hour_usd") is not None:
-        gpus = flags.get("gpus") or _sim_gpus(str((data.get("target") or {}).get("url") or flags.get("target") or ""))
+        gpus = flags.get("gpus") or _sim_gpus(
+            str((data.get("target") or {}).get("url") or flags.get("target") or "")
+        )
         data["cost"] = {**(data.get("cost") or {}),
                         "model": {"kind": "gpu_hour", "gpu_hour_usd": flags["gpu_hour_usd"], "gpus": gpus}}
     headers = parse_headers(flags.get("header"))

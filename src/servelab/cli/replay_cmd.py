@@ -20,23 +20,41 @@ def register(app: typer.Typer) -> None:
 
 
 def replay(
-    trace: Annotated[str, typer.Argument(help="The trace file (claude-code: also a directory or glob; "
-                                         "servelab: a run directory).")],
+    trace: Annotated[
+        str,
+        typer.Argument(
+            help="The trace file (claude-code: also a directory or glob; servelab: a run directory)."
+        ),
+    ],
     format: Annotated[str | None, typer.Option("--format", "-f", help=FORMAT_HELP)] = None,
-    speed: Annotated[float | None, typer.Option(help="Play the trace this many times faster (default 1).")] = None,
+    speed: Annotated[
+        float | None, typer.Option(help="Play the trace this many times faster (default 1).")
+    ] = None,
     rate: flags.Rate = None,
     start: Annotated[float | None, typer.Option(help="Window start, seconds into the trace.")] = None,
     duration: flags.Duration = None,
-    sample: Annotated[float | None, typer.Option(help="Keep this random fraction in (0, 1] (whole sessions; "
-                                                  "arrival times kept).")] = None,
-    max_requests: Annotated[int | None, typer.Option(help="Keep at most this many requests (whole sessions).")
-                            ] = None,
-    concurrency: Annotated[int | None, typer.Option(help="Untimed traces (mt-bench) without --rate: sessions "
-                                                     "run by N concurrent users.")] = None,
-    option: Annotated[list[str] | None, typer.Option(help="Loader option key=value (repeatable), e.g. "
-                                                     "stagger_s=30 (claude-code).")] = None,
-    no_ignore_eos: Annotated[bool, typer.Option("--no-ignore-eos", help="Let the server end responses early "
-                                                "instead of forcing the trace's output lengths.")] = False,
+    sample: Annotated[
+        float | None,
+        typer.Option(help="Keep this random fraction in (0, 1] (whole sessions; arrival times kept)."),
+    ] = None,
+    max_requests: Annotated[
+        int | None, typer.Option(help="Keep at most this many requests (whole sessions).")
+    ] = None,
+    concurrency: Annotated[
+        int | None,
+        typer.Option(help="Untimed traces (mt-bench) without --rate: sessions run by N concurrent users."),
+    ] = None,
+    option: Annotated[
+        list[str] | None,
+        typer.Option(help="Loader option key=value (repeatable), e.g. stagger_s=30 (claude-code)."),
+    ] = None,
+    no_ignore_eos: Annotated[
+        bool,
+        typer.Option(
+            "--no-ignore-eos",
+            help="Let the server end responses early instead of forcing the trace's output lengths.",
+        ),
+    ] = False,
     target: flags.Target = None,
     model: flags.Model = None,
     api: flags.Api = None,
@@ -53,7 +71,9 @@ def replay(
     out: flags.Out = None,
     name: flags.Name = None,
     config: flags.ConfigFile = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print summary.json instead of the table.")] = False,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print summary.json instead of the table.")
+    ] = False,
     report: flags.Report = True,
 ) -> None:
     """Replay a trace against a target and print the summary, with the replay's fidelity to the trace."""
@@ -89,7 +109,8 @@ def build_replay_config(config_file: str | None, flags: dict[str, Any], workload
     data = config_data(config_file, {k: flags.get(k) for k in _SHARED})
     file_w = data.get("workload") if isinstance(data.get("workload"), dict) else {}
     base = dict(file_w) if file_w.get("kind") == "replay" else {}
-    for flag, other in (("speed", "rate"), ("rate", "speed")):  # one excludes the other: a flag replaces the file's
+    # one excludes the other: a flag replaces the file's
+    for flag, other in (("speed", "rate"), ("rate", "speed")):
         if workload[flag] is not None and workload[other] is None:
             base.pop(other, None)
     base.update({k: v for k, v in workload.items() if v is not None and v != {}})

@@ -15,7 +15,9 @@ def register(app: typer.Typer) -> None:
 
 def report(
     path: Annotated[str, typer.Argument(help="A run or sweep directory.")],
-    out: Annotated[str | None, typer.Option(help="Where to write the HTML (default: inside the directory).")] = None,
+    out: Annotated[
+        str | None, typer.Option(help="Where to write the HTML (default: inside the directory).")
+    ] = None,
 ) -> None:
     """Write report.html for a run or a sweep."""
     from servelab.errors import ConfigError

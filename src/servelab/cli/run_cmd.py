@@ -41,21 +41,37 @@ def run(
     slo_itl_ms: flags.SloItl = None,
     slo_tpot_ms: flags.SloTpot = None,
     slo_e2e_ms: flags.SloE2e = None,
-    profile: Annotated[str | None, typer.Option(help="Agent/workload profile (see `servelab profiles`).")] = None,
-    sessions: Annotated[int | None, typer.Option(help="Closed loop: concurrent sessions of the profile.")] = None,
+    profile: Annotated[
+        str | None, typer.Option(help="Agent/workload profile (see `servelab profiles`).")
+    ] = None,
+    sessions: Annotated[
+        int | None, typer.Option(help="Closed loop: concurrent sessions of the profile.")
+    ] = None,
     session_rate: Annotated[float | None, typer.Option(help="Open loop: new sessions per second.")] = None,
     max_sessions: Annotated[int | None, typer.Option(help="Agent runs: sessions to start in all.")] = None,
-    mix: Annotated[str | None, typer.Option(help="Mixed traffic on one endpoint: classes run at once, "
-                                            "NAME:USERS or NAME@SESSIONS_PER_S, comma-separated (e.g. "
-                                            "chat:16,batch-summarize:64); figures per class.", metavar="CLASSES")
-                   ] = None,
-    mix_baseline: Annotated[bool | None, typer.Option("--mix-baseline/--no-mix-baseline", help="With 2+ classes, "
-                                                      "also run the first class alone and report interference "
-                                                      "(default: on).")] = None,
-    gpu_hour_usd: Annotated[float | None, typer.Option(help="Cost: price of one GPU-hour, USD (cost per "
-                                                       "successful task in the summary).")] = None,
-    gpus: Annotated[int | None, typer.Option(help="Cost: GPUs held (default: the simulator's count, else 1).")
-                    ] = None,
+    mix: Annotated[
+        str | None,
+        typer.Option(
+            help="Mixed traffic on one endpoint: classes run at once, "
+            "NAME:USERS or NAME@SESSIONS_PER_S, comma-separated (e.g. "
+            "chat:16,batch-summarize:64); figures per class.",
+            metavar="CLASSES",
+        ),
+    ] = None,
+    mix_baseline: Annotated[
+        bool | None,
+        typer.Option(
+            "--mix-baseline/--no-mix-baseline",
+            help="With 2+ classes, also run the first class alone and report interference (default: on).",
+        ),
+    ] = None,
+    gpu_hour_usd: Annotated[
+        float | None,
+        typer.Option(help="Cost: price of one GPU-hour, USD (cost per successful task in the summary)."),
+    ] = None,
+    gpus: Annotated[
+        int | None, typer.Option(help="Cost: GPUs held (default: the simulator's count, else 1).")
+    ] = None,
     seed: flags.Seed = None,
     out: flags.Out = None,
     name: flags.Name = None,

@@ -12,9 +12,15 @@ def register(app: typer.Typer) -> None:
 
 
 def show(
-    run_dir: Annotated[str, typer.Argument(help="A run directory (`servelab run`, `replay`) or a sweep directory "
-                                         "(`servelab sweep`).")],
-    json_out: Annotated[bool, typer.Option("--json", help="Print summary.json (a sweep: sweep.json).")] = False,
+    run_dir: Annotated[
+        str,
+        typer.Argument(
+            help="A run directory (`servelab run`, `replay`) or a sweep directory (`servelab sweep`)."
+        ),
+    ],
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print summary.json (a sweep: sweep.json).")
+    ] = False,
 ) -> None:
     """Print a stored run's summary, or a sweep's table and knee."""
     from servelab.cli.present import print_summary

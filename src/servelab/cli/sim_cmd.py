@@ -13,25 +13,40 @@ app = typer.Typer(help="The simulated serving engine.", no_args_is_help=True, ad
 
 @app.command("serve")
 def serve_cmd(
-    deployment: str = typer.Option("sim", "--deployment", "-d",
-                                   help="Simulated deployment: sim, sim:MODEL@COUNTxHARDWARE[,k=v...] or a YAML."),
+    deployment: str = typer.Option(
+        "sim",
+        "--deployment",
+        "-d",
+        help="Simulated deployment: sim, sim:MODEL@COUNTxHARDWARE[,k=v...] or a YAML.",
+    ),
     host: str = typer.Option("127.0.0.1", help="Address to bind (loopback unless told otherwise)."),
     port: int = typer.Option(8000, help="TCP port (0: any free port)."),
-    faults: Path | None = typer.Option(None, "--faults", help="YAML file of fault rates (flags override it)."),
+    faults: Path | None = typer.Option(
+        None, "--faults", help="YAML file of fault rates (flags override it)."
+    ),
     error_rate: float | None = typer.Option(None, help="Fraction of requests answered with an HTTP error."),
-    error_status: list[int] | None = typer.Option(None, help="HTTP status of injected errors (repeatable; "
-                                                  "429, 500, 503...)."),
+    error_status: list[int] | None = typer.Option(
+        None, help="HTTP status of injected errors (repeatable; 429, 500, 503...)."
+    ),
     reset_rate: float | None = typer.Option(None, help="Fraction of requests whose connection is reset."),
-    reset_after_chunks: int | None = typer.Option(None, help="Reset after N chunks (0: before the response)."),
+    reset_after_chunks: int | None = typer.Option(
+        None, help="Reset after N chunks (0: before the response)."
+    ),
     stall_rate: float | None = typer.Option(None, help="Fraction of streams that pause mid-way."),
     stall_s: float | None = typer.Option(None, help="Length of a stall, seconds."),
-    stall_after_chunks: int | None = typer.Option(None, help="Stall after N chunks (0: before the first token)."),
+    stall_after_chunks: int | None = typer.Option(
+        None, help="Stall after N chunks (0: before the first token)."
+    ),
     slow_first_byte_s: float | None = typer.Option(None, help="Hold the response headers back this long."),
-    slow_first_byte_rate: float | None = typer.Option(None, help="Fraction of requests with a slow first byte "
-                                                      "(default 1 when --slow-first-byte-s is given)."),
+    slow_first_byte_rate: float | None = typer.Option(
+        None,
+        help="Fraction of requests with a slow first byte (default 1 when --slow-first-byte-s is given).",
+    ),
     malformed_rate: float | None = typer.Option(None, help="Fraction of responses with a garbage SSE chunk."),
     malformed_after_chunks: int | None = typer.Option(None, help="Garbage after N chunks."),
-    truncate_rate: float | None = typer.Option(None, help="Fraction of streams ended without finish or [DONE]."),
+    truncate_rate: float | None = typer.Option(
+        None, help="Fraction of streams ended without finish or [DONE]."
+    ),
     truncate_after_chunks: int | None = typer.Option(None, help="Truncate after N chunks."),
     seed: int | None = typer.Option(None, help="Seed of the engine and of the fault decisions."),
 ) -> None:

@@ -18,53 +18,99 @@ def register(app: typer.Typer) -> None:
 
 
 def sweep(
-    target: Annotated[list[str] | None, typer.Option(
-        help="Target URL or sim spec; repeat to sweep targets.",
-        show_default="sim:llama-3.1-8b@1xh100")] = None,
+    target: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Target URL or sim spec; repeat to sweep targets.", show_default="sim:llama-3.1-8b@1xh100"
+        ),
+    ] = None,
     model: Annotated[str | None, typer.Option(help="Model name.")] = None,
     api: Annotated[str | None, typer.Option(help="chat or completions.", show_default="chat")] = None,
-    concurrency: Annotated[str | None, typer.Option(help="Concurrency levels: a list (1,4,16,64,256) or LOW..HIGH, every power of two "
-                                            "from LOW to HIGH (1..256 = 1,2,4,...,256).", show_default="1,4,16,64,256",
-                                            metavar="LEVELS")] = None,
+    concurrency: Annotated[
+        str | None,
+        typer.Option(
+            help="Concurrency levels: a list (1,4,16,64,256) or LOW..HIGH, every power of two "
+            "from LOW to HIGH (1..256 = 1,2,4,...,256).",
+            show_default="1,4,16,64,256",
+            metavar="LEVELS",
+        ),
+    ] = None,
     rate: Annotated[str | None, typer.Option(help="Request rates (req/s), e.g. 1,2,4,8.")] = None,
-    set_: Annotated[list[str] | None, typer.Option("--set", help="KEY=V1,V2,... for any config key "
-                                                      "(dotted) or simulator/server key (repeatable).")] = None,
-    profile: Annotated[str | None, typer.Option(help="Agent workload profile (e.g. coding-agent): levels are "
-                                                "concurrent sessions.")] = None,
-    gpu_hour_usd: Annotated[float | None, typer.Option(help="Cost: price of one GPU-hour, USD; each target is "
-                                                     "priced at its own GPU count in the decision table.")] = None,
-    arrival: Annotated[str | None, typer.Option(help="poisson, gamma or constant.",
-                                                   show_default="poisson")] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set", help="KEY=V1,V2,... for any config key (dotted) or simulator/server key (repeatable)."
+        ),
+    ] = None,
+    profile: Annotated[
+        str | None,
+        typer.Option(help="Agent workload profile (e.g. coding-agent): levels are concurrent sessions."),
+    ] = None,
+    gpu_hour_usd: Annotated[
+        float | None,
+        typer.Option(
+            help="Cost: price of one GPU-hour, USD; each target is "
+            "priced at its own GPU count in the decision table."
+        ),
+    ] = None,
+    arrival: Annotated[
+        str | None, typer.Option(help="poisson, gamma or constant.", show_default="poisson")
+    ] = None,
     burstiness: Annotated[float | None, typer.Option(help="Gamma shape.", show_default="1")] = None,
-    requests: Annotated[int | None, typer.Option(
-        help="Requests per point.", show_default="max(200, 4 x users) unless --duration")] = None,
+    requests: Annotated[
+        int | None,
+        typer.Option(help="Requests per point.", show_default="max(200, 4 x users) unless --duration"),
+    ] = None,
     duration: Annotated[float | None, typer.Option(help="Seconds per point.")] = None,
-    warmup: Annotated[int | None, typer.Option(help="Warm-up requests per point.",
-                                                 show_default="0")] = None,
-    input_tokens: Annotated[int | None, typer.Option(help="Prompt tokens per request.",
-                                                      show_default="1024")] = None,
-    output_tokens: Annotated[int | None, typer.Option(help="Output tokens per request.",
-                                                       show_default="256")] = None,
+    warmup: Annotated[int | None, typer.Option(help="Warm-up requests per point.", show_default="0")] = None,
+    input_tokens: Annotated[
+        int | None, typer.Option(help="Prompt tokens per request.", show_default="1024")
+    ] = None,
+    output_tokens: Annotated[
+        int | None, typer.Option(help="Output tokens per request.", show_default="256")
+    ] = None,
     ignore_eos: Annotated[bool | None, typer.Option("--ignore-eos", help="Force output lengths.")] = None,
-    stream: Annotated[bool | None, typer.Option("--stream/--no-stream", help="Stream responses.",
-                                                        show_default="stream")] = None,
+    stream: Annotated[
+        bool | None, typer.Option("--stream/--no-stream", help="Stream responses.", show_default="stream")
+    ] = None,
     api_key_env: Annotated[str | None, typer.Option(help="Env var holding the API key.")] = None,
     slo_ttft_ms: Annotated[float | None, typer.Option(help="Goodput SLO on TTFT, ms.")] = None,
     slo_itl_ms: Annotated[float | None, typer.Option(help="Goodput SLO on mean ITL, ms.")] = None,
     slo_e2e_ms: Annotated[float | None, typer.Option(help="Goodput SLO on end-to-end latency, ms.")] = None,
-    server_cmd: Annotated[str | None, typer.Option(help="Server command template started per point, e.g. "
-                                                      "'vllm serve {model} --max-num-seqs {max_num_seqs}'.")] = None,
-    health_url: Annotated[str | None, typer.Option(help="URL that answers 200 when the server is ready.")] = None,
-    startup_timeout: Annotated[float, typer.Option(help="Seconds to wait for the server to be healthy.")] = 600.0,
-    accuracy: Annotated[int | None, typer.Option(help="Run N held-out answer items at every new serving setup "
-                                                 "(dtype/precision, engine, server command) and flag quality drops.")] = None,
+    server_cmd: Annotated[
+        str | None,
+        typer.Option(
+            help="Server command template started per point, e.g. "
+            "'vllm serve {model} --max-num-seqs {max_num_seqs}'."
+        ),
+    ] = None,
+    health_url: Annotated[
+        str | None, typer.Option(help="URL that answers 200 when the server is ready.")
+    ] = None,
+    startup_timeout: Annotated[
+        float, typer.Option(help="Seconds to wait for the server to be healthy.")
+    ] = 600.0,
+    accuracy: Annotated[
+        int | None,
+        typer.Option(
+            help="Run N held-out answer items at every new serving setup "
+            "(dtype/precision, engine, server command) and flag quality drops."
+        ),
+    ] = None,
     budget: Annotated[float | None, typer.Option(help="Time budget for the whole sweep, seconds.")] = None,
     resume: Annotated[str | None, typer.Option(help="Resume the sweep in this directory.")] = None,
-    force: Annotated[bool, typer.Option("--force", help="With --resume: resume even when the target, workload "
-                                        "or grid differ from the stored sweep.")] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="With --resume: resume even when the target, workload or grid differ from the stored sweep.",
+        ),
+    ] = False,
     seed: Annotated[int | None, typer.Option(help="Seed.", show_default="0")] = None,
-    out: Annotated[str | None, typer.Option(help="Directory in which the sweep directory is created.",
-                                              show_default="runs")] = None,
+    out: Annotated[
+        str | None,
+        typer.Option(help="Directory in which the sweep directory is created.", show_default="runs"),
+    ] = None,
     name: Annotated[str | None, typer.Option(help="Sweep name.")] = None,
     config: Annotated[str | None, typer.Option("--config", help="YAML config file.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print sweep.json.")] = False,
@@ -100,11 +146,22 @@ def sweep(
         if not health_url:
             raise ConfigError("--server-cmd needs --health-url", hint="e.g. --health-url http://127.0.0.1:8000/health")
         server = ServerSpec(server_cmd, health_url, startup_timeout)
-    spec = SweepSpec(base=base, axes=axes, out=out or base.get("out", "runs"), name=name, server=server,
-                     budget_s=budget, resume_dir=Path(resume) if resume else None, force=force,
-                     argv=["servelab", *sys.argv[1:]], report=report, report_writer=_sweep_report_writer(),
-                     accuracy=AccuracySpec(n=accuracy, seed=seed or 0) if accuracy else None,
-                     parallel=_parallel(parallel), ray_address=None if ray is None else ("" if ray == "local" else ray))
+    spec = SweepSpec(
+        base=base,
+        axes=axes,
+        out=out or base.get("out", "runs"),
+        name=name,
+        server=server,
+        budget_s=budget,
+        resume_dir=Path(resume) if resume else None,
+        force=force,
+        argv=["servelab", *sys.argv[1:]],
+        report=report,
+        report_writer=_sweep_report_writer(),
+        accuracy=AccuracySpec(n=accuracy, seed=seed or 0) if accuracy else None,
+        parallel=_parallel(parallel),
+        ray_address=None if ray is None else ("" if ray == "local" else ray),
+    )
     err = Console(stderr=True, soft_wrap=True, highlight=False)
     sweep_dir, state = run_sweep(spec, say=lambda s: err.print(s, highlight=False, markup=False))
     if state.get("decision"):  # the decision table beside sweep.json

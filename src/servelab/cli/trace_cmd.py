@@ -10,8 +10,11 @@ import typer
 
 from servelab.errors import ConfigError
 
-app = typer.Typer(help="Inspect recorded traces (Azure, Mooncake, Claude Code, MT-bench, servelab runs, JSONL).",
-                  no_args_is_help=True, add_completion=False)
+app = typer.Typer(
+    help="Inspect recorded traces (Azure, Mooncake, Claude Code, MT-bench, servelab runs, JSONL).",
+    no_args_is_help=True,
+    add_completion=False,
+)
 
 FORMAT_HELP = "Trace format: azure, mooncake, claude-code, mt-bench, servelab or jsonl."
 
@@ -21,7 +24,9 @@ def normalize_format(fmt: str | None) -> str:
     from servelab.workload.traces import FORMATS
 
     if fmt is None:
-        raise ConfigError("--format is required", hint=f"name the trace's format: one of {', '.join(FORMATS)}")
+        raise ConfigError(
+            "--format is required", hint=f"name the trace's format: one of {', '.join(FORMATS)}"
+        )
     name = fmt.strip().lower().replace("_", "-")
     if name not in FORMATS:
         raise ConfigError(f"--format: unknown trace format {fmt!r}; expected one of {', '.join(FORMATS)}",

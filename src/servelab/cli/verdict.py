@@ -33,11 +33,15 @@ def run_verdict(summary: Mapping[str, Any], *, interrupted: bool, cancelled_in_f
                 min_goodput_fraction: float | None, err: Console) -> None:
     """Raise the exit the run deserves (returns normally for exit 0)."""
     if interrupted:
-        raise Interrupted(f"interrupted: {cancelled_in_flight} request(s) in flight were cancelled and recorded as "
-                          f"such; everything finished before is kept and summarised in {where}")
+        raise Interrupted(
+            f"interrupted: {cancelled_in_flight} request(s) in flight were cancelled and recorded as "
+            f"such; everything finished before is kept and summarised in {where}"
+        )
     reasons = list(summary.get("invalid_reasons") or [])
     if nothing_measured(summary):
-        err.print(f"[red]nothing trustworthy measured[/]: {escape('; '.join(reasons) or 'no request succeeded')}")
+        err.print(
+            f"[red]nothing trustworthy measured[/]: {escape('; '.join(reasons) or 'no request succeeded')}"
+        )
         raise typer.Exit(NOTHING_MEASURED)
     if not summary.get("valid", True):
         err.print(f"[red]INVALID run[/]: {escape('; '.join(reasons) or 'unknown reason')}")
@@ -52,5 +56,7 @@ def sweep_verdict(state: Mapping[str, Any], where: str) -> None:
     """A sweep cut by Ctrl-C exits 130 (its finished points are kept; --resume reruns the cut one)."""
     if state.get("interrupted"):
         cut = [e["key"] for e in state.get("points", []) if e.get("status") == "interrupted"]
-        raise Interrupted(f"interrupted: point {', '.join(cut)} was cut and is marked interrupted; finished points "
-                          f"are kept in {where}; rerun with --resume {where} to finish the sweep")
+        raise Interrupted(
+            f"interrupted: point {', '.join(cut)} was cut and is marked interrupted; finished points "
+            f"are kept in {where}; rerun with --resume {where} to finish the sweep"
+        )
