@@ -46,7 +46,9 @@ def test_generated_answers_are_right():
 def test_generated_set_is_deterministic_and_prefix_stable():
     assert generate_items(30, seed=1) == generate_items(30, seed=1)
     assert generate_items(50, seed=1)[:30] == generate_items(30, seed=1)
-    assert [it.prompt for it in generate_items(30, seed=2)] != [it.prompt for it in generate_items(30, seed=1)]
+    assert [it.prompt for it in generate_items(30, seed=2)] != [
+        it.prompt for it in generate_items(30, seed=1)
+    ]
 
 
 def test_jsonl_loading(tmp_path):

@@ -82,8 +82,12 @@ def test_empty_answer_set_is_bad_input():
 
 
 def _rows(verdicts, answers=None):
-    return {"results": [{"id": f"q{i}", "correct": v, "answer": (answers or {}).get(i, "right" if v else f"w{i}")}
-                        for i, v in enumerate(verdicts)]}
+    return {
+        "results": [
+            {"id": f"q{i}", "correct": v, "answer": (answers or {}).get(i, "right" if v else f"w{i}")}
+            for i, v in enumerate(verdicts)
+        ]
+    }
 
 
 def test_quality_drop_is_flagged_beyond_the_interval():
