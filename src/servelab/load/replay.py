@@ -126,7 +126,8 @@ class ReplayPlayer:
                     req = self._request(rid, r, text, None, intended, warmup, sid, k, r.input_tokens)
                 sent = clock.now()
                 out = await self._send(req)
-                self._account(rec, out, sent)
+                rec.add_request(out, sent, clock.now())
+                rec.turns += out.status == OK
                 if out.status != OK:
                     failed = True
                 elif r.prompt is not None:
@@ -180,12 +181,3 @@ class ReplayPlayer:
 
         return asyncio.ensure_future(run())
 
-    @staticmethod
-    def _account(rec: SessionRecord, r: RequestRecord, sent_ns: int) -> None:
-        rec.requests += 1
-        rec.turns += r.status == OK
-        rec.model_ns += (r.end_ns or sent_ns) - sent_ns
-        rec.queue_ns += r.srv_queue_ns or 0
-        rec.input_tokens += r.prompt_tokens or 0
-        rec.output_tokens += r.completion_tokens
-        rec.cached_tokens += r.usage_cached_tokens or 0

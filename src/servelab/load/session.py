@@ -260,7 +260,7 @@ class _Session:
                 except TimeoutError:
                     r = self._timeout_record(req, now, limit, by_deadline)
             self.inflight = None
-            self._account(r, now)
+            rec.add_request(r, now, self.clock.now())
             self.emit(r)
             if r.status == OK:
                 rec.turns += 1
@@ -283,15 +283,6 @@ class _Session:
                 rec.retries += 1
                 await self._backoff(attempt + 1)
         raise _Stop(S_FAILED, f"{what}; failed {tries} attempt(s)")
-
-    def _account(self, r: RequestRecord, t0: int) -> None:
-        rec = self.rec
-        rec.requests += 1
-        rec.model_ns += self.clock.now() - t0
-        rec.queue_ns += r.srv_queue_ns or 0
-        rec.input_tokens += r.prompt_tokens or 0
-        rec.output_tokens += r.completion_tokens
-        rec.cached_tokens += r.usage_cached_tokens or 0
 
     def _timeout_record(self, req: ModelRequest, t0: int, limit: float, by_deadline: bool) -> RequestRecord:
         why = "session deadline" if by_deadline else "step timeout"

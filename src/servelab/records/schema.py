@@ -152,6 +152,17 @@ class SessionRecord:
     mix_class: str | None = None  # mixed traffic: the workload class (None in a single-workload run)
     tenant: str | None = None
 
+    def add_request(self, r: RequestRecord, sent_ns: int, now_ns: int) -> None:
+        """Count one model request attempt of this session (agent runs and trace replay alike). Its model
+        time is the attempt's wait for the model: from its send to the end of its answer (``now_ns`` when
+        the record has no end)."""
+        self.requests += 1
+        self.model_ns += (r.end_ns if r.end_ns is not None else now_ns) - sent_ns
+        self.queue_ns += r.srv_queue_ns or 0
+        self.input_tokens += r.prompt_tokens or 0
+        self.output_tokens += r.completion_tokens
+        self.cached_tokens += r.usage_cached_tokens or 0
+
 
 SESSION_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(SessionRecord))
 
