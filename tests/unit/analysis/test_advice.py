@@ -19,9 +19,22 @@ def _requests(n=200, out_tokens=100, prompt=1000, preempt_every=0, gaps_ms=None)
     for i in range(n):
         t += int((gaps_ms[i] if gaps_ms is not None else 100) * MS)
         pre = 50 * MS if preempt_every and i % preempt_every == 0 else 0
-        recs.append(RequestRecord(request_id=i, status=OK, intended_ns=t, sent_ns=t, first_token_ns=t + MS,
-                                  end_ns=t + 2 * MS, usage_prompt_tokens=prompt, usage_completion_tokens=out_tokens,
-                                  srv_queue_ns=0, srv_prefill_ns=MS, srv_decode_ns=MS, srv_preempted_ns=pre))
+        recs.append(
+            RequestRecord(
+                request_id=i,
+                status=OK,
+                intended_ns=t,
+                sent_ns=t,
+                first_token_ns=t + MS,
+                end_ns=t + 2 * MS,
+                usage_prompt_tokens=prompt,
+                usage_completion_tokens=out_tokens,
+                srv_queue_ns=0,
+                srv_prefill_ns=MS,
+                srv_decode_ns=MS,
+                srv_preempted_ns=pre,
+            )
+        )
     return recs
 
 
@@ -80,7 +93,10 @@ def test_split_traffic_when_slo_costs_most_of_the_throughput():
     assert adv["split traffic"]["verdict"] == "recommended"
     assert adv["split traffic"]["evidence"][0]["value"] == 0.25
     ok = {"levels": [1, 2, 4], "throughput": [10, 20, 21], "slo_level": 2}
-    assert _by_rule(advise(collect_evidence(_manifest(), sweep=ok)))["split traffic"]["verdict"] == "not indicated"
+    assert (
+        _by_rule(advise(collect_evidence(_manifest(), sweep=ok)))["split traffic"]["verdict"]
+        == "not indicated"
+    )
 
 
 def test_nothing_measured_is_said_so():
@@ -98,7 +114,8 @@ def test_closed_loop_arrival_cv_is_measured_not_a_constant():
     assert f["source"] == "requests (intended send times)" and f["value"] > 1.3
     assert "closed loop" in f["label"]
     even = collect_evidence(_manifest(concurrency=16), requests=_requests(300))["arrival_cv"]
-    assert even["value"] == 0.0 and even["source"] == "requests (intended send times)"  # 100 ms apart: measured 0
+    # 100 ms apart: measured 0
+    assert even["value"] == 0.0 and even["source"] == "requests (intended send times)"
 
 
 def test_topology_verdicts_from_one_run_point_to_the_decision_table():

@@ -13,24 +13,81 @@ S = 1_000_000_000
 
 def sessions() -> list[SessionRecord]:
     return [
-        SessionRecord(1, status="ok", accepted=True, start_ns=0, end_ns=10 * S, model_ns=4 * S, tool_ns=2 * S,
-                      retrieval_ns=1 * S, tool_calls=3, input_tokens=10_000, cached_tokens=4_000,
-                      output_tokens=1_000, turns=4, queue_ns=S // 2),
-        SessionRecord(2, status="ok", accepted=False, start_ns=0, end_ns=20 * S, model_ns=10 * S, code_ns=5 * S,
-                      tool_calls=2, retries=2, tool_failures=1, input_tokens=20_000, output_tokens=2_000, turns=6),
-        SessionRecord(3, status="failed", accepted=False, start_ns=5 * S, end_ns=15 * S, model_ns=2 * S,
-                      tool_calls=1, tool_failures=1, timeouts=1, input_tokens=5_000, output_tokens=500),
+        SessionRecord(
+            1,
+            status="ok",
+            accepted=True,
+            start_ns=0,
+            end_ns=10 * S,
+            model_ns=4 * S,
+            tool_ns=2 * S,
+            retrieval_ns=1 * S,
+            tool_calls=3,
+            input_tokens=10_000,
+            cached_tokens=4_000,
+            output_tokens=1_000,
+            turns=4,
+            queue_ns=S // 2,
+        ),
+        SessionRecord(
+            2,
+            status="ok",
+            accepted=False,
+            start_ns=0,
+            end_ns=20 * S,
+            model_ns=10 * S,
+            code_ns=5 * S,
+            tool_calls=2,
+            retries=2,
+            tool_failures=1,
+            input_tokens=20_000,
+            output_tokens=2_000,
+            turns=6,
+        ),
+        SessionRecord(
+            3,
+            status="failed",
+            accepted=False,
+            start_ns=5 * S,
+            end_ns=15 * S,
+            model_ns=2 * S,
+            tool_calls=1,
+            tool_failures=1,
+            timeouts=1,
+            input_tokens=5_000,
+            output_tokens=500,
+        ),
         SessionRecord(4, status="cancelled", start_ns=10 * S, end_ns=20 * S, model_ns=1 * S),
-        SessionRecord(5, status="ok", accepted=True, start_ns=0, end_ns=1000 * S, model_ns=900 * S, warmup=True,
-                      tool_calls=50, input_tokens=10**9, output_tokens=10**8),
+        SessionRecord(
+            5,
+            status="ok",
+            accepted=True,
+            start_ns=0,
+            end_ns=1000 * S,
+            model_ns=900 * S,
+            warmup=True,
+            tool_calls=50,
+            input_tokens=10**9,
+            output_tokens=10**8,
+        ),
     ]
 
 
 def test_counts_rates_and_task_time():
     out = agent_summary(sessions())
-    assert out["sessions"] == {"started": 4, "completed": 2, "accepted": 1, "failed": 1, "timed_out": 0,
-                               "cancelled": 1, "retries": 2, "tool_failures": 2, "timeouts": 1, "tool_calls": 6,
-                               "requests": 0}
+    assert out["sessions"] == {
+        "started": 4,
+        "completed": 2,
+        "accepted": 1,
+        "failed": 1,
+        "timed_out": 0,
+        "cancelled": 1,
+        "retries": 2,
+        "tool_failures": 2,
+        "timeouts": 1,
+        "tool_calls": 6,
+        "requests": 0,
+    }
     assert out["duration_s"] == 20.0
     assert out["tasks_per_hour"] == pytest.approx(360.0)  # 2 completed in 20 s
     assert out["accepted_per_hour"] == pytest.approx(180.0)

@@ -27,8 +27,16 @@ def _req(i: int, *, lag=0, queue=5, prefill=20, decode=100, preempt=0, comm=0, n
     end = first + (decode + net) * MS
     gt = dict(srv_queue_ns=queue * MS, srv_prefill_ns=prefill * MS, srv_decode_ns=decode * MS,
               srv_preempted_ns=preempt * MS, srv_comm_ns=comm * MS) if truth else {}
-    return RequestRecord(request_id=i, status=OK, intended_ns=intended, sent_ns=sent, first_token_ns=int(first),
-                         end_ns=int(end), **gt, **kw)
+    return RequestRecord(
+        request_id=i,
+        status=OK,
+        intended_ns=intended,
+        sent_ns=sent,
+        first_token_ns=int(first),
+        end_ns=int(end),
+        **gt,
+        **kw,
+    )
 
 
 def test_one_request_by_hand():
@@ -118,8 +126,16 @@ def test_too_few_requests():
 
 def _sess(i: int, model_ms: int, tool_ms: int, queue_ms: int = 0) -> SessionRecord:
     start = 10**15 + i * 10**10
-    return SessionRecord(session_id=i, status="ok", start_ns=start, end_ns=start + (model_ms + tool_ms + 10) * MS,
-                         model_ns=model_ms * MS, tool_ns=tool_ms * MS, queue_ns=queue_ms * MS, turns=4)
+    return SessionRecord(
+        session_id=i,
+        status="ok",
+        start_ns=start,
+        end_ns=start + (model_ms + tool_ms + 10) * MS,
+        model_ns=model_ms * MS,
+        tool_ns=tool_ms * MS,
+        queue_ns=queue_ms * MS,
+        turns=4,
+    )
 
 
 def test_session_queue_is_inside_model_time_not_added():

@@ -22,10 +22,19 @@ def _manifest(**target) -> dict:
          "server_flags": ["--tensor-parallel-size", "8", "--max-num-seqs", "64", "--max-model-len=16384",
                           "--enable-prefix-caching"]}
     t.update(target)
-    return {"target": t, "config": {"target": {"model": "deepseek-v3", "tokenizer": None},
-                                    "workload": {"kind": "requests", "input_tokens": {"kind": "fixed", "value": 512},
-                                                 "output_tokens": {"kind": "fixed", "value": 128}, "seed": 1},
-                                    "load": {"concurrency": 16}}}
+    return {
+        "target": t,
+        "config": {
+            "target": {"model": "deepseek-v3", "tokenizer": None},
+            "workload": {
+                "kind": "requests",
+                "input_tokens": {"kind": "fixed", "value": 512},
+                "output_tokens": {"kind": "fixed", "value": 128},
+                "seed": 1,
+            },
+            "load": {"concurrency": 16},
+        },
+    }
 
 
 def test_facts_read_flags_lists_and_nested_deployment():
@@ -87,9 +96,20 @@ def _records(n: int, ttft_ms: float, itl_ms: float, seed: int, tokens: int = 20,
         first = sent + int(ttft_ms * MS * rng.lognormal(0, 0.2))
         gaps = (itl_ms * MS * rng.lognormal(0, 0.1, tokens - 1)).astype(np.int64)
         times = [first, *(first + np.cumsum(gaps)).tolist()]
-        recs.append(RequestRecord(request_id=i, status=OK, intended_ns=sent, sent_ns=sent, first_token_ns=first,
-                                  last_token_ns=times[-1], end_ns=times[-1], token_times_ns=times,
-                                  usage_completion_tokens=tokens, est_completion_tokens=tokens))
+        recs.append(
+            RequestRecord(
+                request_id=i,
+                status=OK,
+                intended_ns=sent,
+                sent_ns=sent,
+                first_token_ns=first,
+                last_token_ns=times[-1],
+                end_ns=times[-1],
+                token_times_ns=times,
+                usage_completion_tokens=tokens,
+                est_completion_tokens=tokens,
+            )
+        )
     return recs
 
 
@@ -126,9 +146,20 @@ def _fixed(n: int, *, tokens: int, e2e_ms: float, users: int, ttft_ms: float = 2
         end = sent + int(e2e_ms * MS)
         step = (end - first) // max(tokens - 1, 1)
         times = [first + k * step for k in range(tokens)]
-        recs.append(RequestRecord(request_id=i, status=OK, intended_ns=sent, sent_ns=sent, first_token_ns=first,
-                                  last_token_ns=times[-1], end_ns=end, token_times_ns=times,
-                                  usage_completion_tokens=tokens, est_completion_tokens=tokens))
+        recs.append(
+            RequestRecord(
+                request_id=i,
+                status=OK,
+                intended_ns=sent,
+                sent_ns=sent,
+                first_token_ns=first,
+                last_token_ns=times[-1],
+                end_ns=end,
+                token_times_ns=times,
+                usage_completion_tokens=tokens,
+                est_completion_tokens=tokens,
+            )
+        )
         free[u] = end
     return recs
 
@@ -171,8 +202,9 @@ def test_throughput_interval_by_hand():
     lo, hi = np.percentile(reps, [2.5, 97.5])
     assert (lo, hi) == (20.0, 60.0)
     # Closed loop where each request streams 10 tok/s of its own time: 10 tokens in 1 s, 30 in 3 s;
-    # window 1 s, busy 4 s in all. {a,a}: 20 tok over 1*2/4 = 0.5 s -> 40; {b,b}: 60 over 1.5 s -> 40; {a,b}: 40 over 1 s.
-    # Every replicate is 40: the figure is set by the per-request rate, not by which requests were drawn.
+    # window 1 s, busy 4 s in all. {a,a}: 20 tok over 1*2/4 = 0.5 s -> 40; {b,b}: 60 over 1.5 s -> 40; {a,b}:
+    # 40 over 1 s. Every replicate is 40: the figure is set by the per-request rate, not by which requests
+    # were drawn.
     t = RateSample(np.array([10.0, 30.0]), np.array([1.0, 3.0]), 1.0, closed=True)
     assert np.allclose(rate_replicates(t, resamples=400, rng=np.random.default_rng(1)), 40.0)
     # Open loop: the window is the schedule's, fixed: {10,10} -> 20, {30,30} -> 60, whatever the busy time.

@@ -58,15 +58,25 @@ def test_collapse_and_advice_thresholds():
     t = _table()
     one = _row(t, "1 node", 256)
     assert one["collapsed"] and not one["healthy"]
-    assert "success 70% < 90%" in one["collapse_reason"] and "75% below its best 800" in one["collapse_reason"]
+    assert (
+        "success 70% < 90%" in one["collapse_reason"] and "75% below its best 800" in one["collapse_reason"]
+    )
     text = {a["kind"]: a["text"] for a in t["advice"]}
     assert "1 node up to ~64 sessions; 2 nodes beyond (256 sessions)" in text["choice"]
-    assert "1 node collapses from 256 sessions" in text["collapse"] and "300 of 1000 tasks timed out" in text["collapse"]
+    assert (
+        "1 node collapses from 256 sessions" in text["collapse"]
+        and "300 of 1000 tasks timed out" in text["collapse"]
+    )
     assert "4 nodes only when task p95 matters more than cost" in text["latency"]
     assert "at 256: 60 s vs 120 s for 2 nodes at $0.032 vs $0.02 per task" in text["latency"]
     cross = {(c["smaller"], c["larger"]): c for c in t["crossovers"]}
-    assert cross[("1 node", "2 nodes")]["on_throughput"] == 64 and cross[("1 node", "2 nodes")]["on_cost"] == 256
-    assert cross[("2 nodes", "4 nodes")]["on_throughput"] == 16 and cross[("2 nodes", "4 nodes")]["on_cost"] is None
+    assert (
+        cross[("1 node", "2 nodes")]["on_throughput"] == 64 and cross[("1 node", "2 nodes")]["on_cost"] == 256
+    )
+    assert (
+        cross[("2 nodes", "4 nodes")]["on_throughput"] == 16
+        and cross[("2 nodes", "4 nodes")]["on_cost"] is None
+    )
     assert "Time to ready" in text["ready"] and "4 nodes 240.0 s" in text["ready"]
 
 
@@ -83,8 +93,10 @@ def test_a_smaller_dense_model_option_is_covered():
     # llama: 12/700 = 0.0171 $/task beats 1 node at 16 (0.04) and 64 (0.02); 2 nodes at 256 is 0.02
     assert text == ["The Llama-3.1-70B option (llama-70b, 8 GPUs) is the choice at 16, 64, 256 sessions."]
     within = [a["text"] for a in t["advice"] if a["kind"] == "choice_within_model"]
-    assert within == ["Among DeepSeek-V3 topologies: Choice by lowest $ per successful task among healthy targets: "
-                      "1 node up to ~64 sessions; 2 nodes beyond (256 sessions)."]
+    assert within == [
+        "Among DeepSeek-V3 topologies: Choice by lowest $ per successful task among healthy targets: "
+        "1 node up to ~64 sessions; 2 nodes beyond (256 sessions)."
+    ]
 
 
 def test_few_tasks_in_the_window_are_flagged():

@@ -15,20 +15,45 @@ MS = 1_000_000
 
 def _reqs():
     # 10 requests: server queue 0, 10, ..., 90 ms; two preempted (30 ms and 50 ms waiting to resume)
-    return [RequestRecord(request_id=i, status=OK, intended_ns=0, sent_ns=0, first_token_ns=1, end_ns=2,
-                          srv_queue_ns=10 * i * MS, srv_prefill_ns=0, srv_decode_ns=0,
-                          srv_preempted_ns={3: 30 * MS, 7: 50 * MS}.get(i, 0), srv_comm_ns=0) for i in range(10)]
+    return [
+        RequestRecord(
+            request_id=i,
+            status=OK,
+            intended_ns=0,
+            sent_ns=0,
+            first_token_ns=1,
+            end_ns=2,
+            srv_queue_ns=10 * i * MS,
+            srv_prefill_ns=0,
+            srv_decode_ns=0,
+            srv_preempted_ns={3: 30 * MS, 7: 50 * MS}.get(i, 0),
+            srv_comm_ns=0,
+        )
+        for i in range(10)
+    ]
 
 
 SUMMARY = {
     "metrics": {"lag_ms": {"p50": 0.0, "p95": 1.5, "mean": 0.2, "n": 10}},
     "tokens": {"input": 1000, "cached": 250, "source": "usage"},
-    "server": {"available": True,
-               "gauges": {"kv_cache_usage": {"mean": 0.5, "max": 0.97, "max_engine": 0.99, "share_above_90": 0.25,
-                                             "seconds_above_90": 15.0}},
-               "counters": {"preemptions_total": 2.0}, "prefix_cache_hit_rate": 0.4, "kv_evicted_blocks": 12.0,
-               "communication_share": 0.3, "step_seconds": {"communication": 3.0},
-               "expert_imbalance": {"n": 500, "p50": 1.4, "p95": 3.0, "max_bound": 8.0}},
+    "server": {
+        "available": True,
+        "gauges": {
+            "kv_cache_usage": {
+                "mean": 0.5,
+                "max": 0.97,
+                "max_engine": 0.99,
+                "share_above_90": 0.25,
+                "seconds_above_90": 15.0,
+            }
+        },
+        "counters": {"preemptions_total": 2.0},
+        "prefix_cache_hit_rate": 0.4,
+        "kv_evicted_blocks": 12.0,
+        "communication_share": 0.3,
+        "step_seconds": {"communication": 3.0},
+        "expert_imbalance": {"n": 500, "p50": 1.4, "p95": 3.0, "max_bound": 8.0},
+    },
 }
 MANIFEST = {"target": {"deployment": {"ep": 8}}}
 
@@ -39,8 +64,15 @@ def test_evidence_from_telemetry_and_requests():
     assert ev["kv_evicted_blocks"] == 12.0 and ev["preemptions"] == 2.0
     assert ev["prefix_cache_hit_rate"] == 0.4  # telemetry first, not the usage fallback (0.25)
     # queue 0..90 ms: p50 = 45, p95 = 85.5 (linear between 80 and 90)
-    assert ev["server_queue_ms"]["p50"] == pytest.approx(45) and ev["server_queue_ms"]["p95"] == pytest.approx(85.5)
-    assert ev["preempted_requests"] == {"count": 2, "share": 0.2, "waiting_ms_total": 80.0, "source": "requests"}
+    assert ev["server_queue_ms"]["p50"] == pytest.approx(45) and ev["server_queue_ms"][
+        "p95"
+    ] == pytest.approx(85.5)
+    assert ev["preempted_requests"] == {
+        "count": 2,
+        "share": 0.2,
+        "waiting_ms_total": 80.0,
+        "source": "requests",
+    }
     assert ev["client_lag_ms"]["p95"] == 1.5
     assert ev["moe"]["ep"] == 8 and ev["moe"]["imbalance_p95"] == 3.0 and ev["moe"]["imbalance_within_ep"]
     assert ev["moe"]["communication_share"] == 0.3
@@ -48,7 +80,10 @@ def test_evidence_from_telemetry_and_requests():
 
 def test_nothing_measured_is_absent_not_zero():
     ev = run_evidence(None, {"tokens": {"input": 100, "cached": 30, "source": "usage"}}, {})
-    assert ev == {"prefix_cache_hit_rate": 0.3, "prefix_cache_source": "requests (usage cached / prompt tokens)"}
+    assert ev == {
+        "prefix_cache_hit_rate": 0.3,
+        "prefix_cache_source": "requests (usage cached / prompt tokens)",
+    }
     assert [r[0] for r in evidence_rows(ev)] == ["prefix-cache hit rate"]
 
 

@@ -13,7 +13,8 @@ MS = 1_000_000
 
 def _records(n: int, extra_ms: float, rng: np.random.Generator, *, tokens: int = 8, gap_ms: float = 5.0,
              users: int = 4) -> list[RequestRecord]:
-    """A closed loop of ``users``: each request waits a noisy TTFT (+ ``extra_ms``) then streams ``tokens``."""
+    """A closed loop of ``users``: each request waits a noisy TTFT (+ ``extra_ms``) then streams
+    ``tokens``."""
     out, free = [], [0] * users
     for i in range(n):
         u = i % users
@@ -95,7 +96,10 @@ def test_the_gateway_is_never_reported_faster():
     assert all(r["verdict"] in ("overhead", "no measurable overhead") for r in res["rows"]), res["rows"]
     # A 0.5% overhead with a zero-width interval is under the 1% floor: not a measurable overhead.
     tiny = {r["figure"]: r for r in gateway_overhead(_fixed(50, 30.0), _fixed(50, 30.15))["rows"]}
-    assert tiny["ttft p50"]["overhead"] == pytest.approx(0.15) and tiny["ttft p50"]["verdict"] == "no measurable overhead"
+    assert (
+        tiny["ttft p50"]["overhead"] == pytest.approx(0.15)
+        and tiny["ttft p50"]["verdict"] == "no measurable overhead"
+    )
 
 
 def test_abba_repetitions_cancel_a_linear_drift():

@@ -22,9 +22,20 @@ def _closed(n: int, *, tokens: int, e2e_ms: float, ttft_ms: float, users: int = 
         first, end = sent + int(ttft_ms * MS), sent + int(e2e_ms * MS)
         step = (end - first) // (tokens - 1)
         times = [first + k * step for k in range(tokens)]
-        recs.append(RequestRecord(request_id=i, status=OK, intended_ns=sent, sent_ns=sent, first_token_ns=first,
-                                  last_token_ns=times[-1], end_ns=end, token_times_ns=times,
-                                  usage_completion_tokens=tokens, est_completion_tokens=tokens))
+        recs.append(
+            RequestRecord(
+                request_id=i,
+                status=OK,
+                intended_ns=sent,
+                sent_ns=sent,
+                first_token_ns=first,
+                last_token_ns=times[-1],
+                end_ns=end,
+                token_times_ns=times,
+                usage_completion_tokens=tokens,
+                est_completion_tokens=tokens,
+            )
+        )
         free[u] = end
     return recs
 
@@ -43,8 +54,13 @@ def test_every_entry_declares_its_direction_and_unit():
 
 
 def test_derived_figures_from_a_summary():
-    s = {"metrics": {"tpot_ms": {"p50": 8.0}}, "throughput": {"output_tokens_per_s": 2400},
-         "sessions": {"started": 8, "completed": 6}, "task_ms": {"p95": 1500.0}, "goodput": {"fraction": 0.75}}
+    s = {
+        "metrics": {"tpot_ms": {"p50": 8.0}},
+        "throughput": {"output_tokens_per_s": 2400},
+        "sessions": {"started": 8, "completed": 6},
+        "task_ms": {"p95": 1500.0},
+        "goodput": {"fraction": 0.75},
+    }
     d = metrics.DERIVED_BY_NAME
     assert d["tokens_per_s_per_user"].value(s) == 125.0  # 1000 / 8 ms
     assert d["task_success_rate"].value(s) == 0.75  # 6 / 8
@@ -71,7 +87,9 @@ def test_compare_a_throughput_gain_is_better_and_a_ttft_increase_is_worse():
 
 def _flip(monkeypatch: pytest.MonkeyPatch, table: dict, name: str) -> None:
     e = table[name]
-    monkeypatch.setitem(table, name, dataclasses.replace(e, better="higher" if e.better == "lower" else "lower"))
+    monkeypatch.setitem(
+        table, name, dataclasses.replace(e, better="higher" if e.better == "lower" else "lower")
+    )
 
 
 def test_compare_takes_the_direction_from_the_table(monkeypatch: pytest.MonkeyPatch):

@@ -24,7 +24,8 @@ def _rec(i, *, intended, sent, tokens, end, usage=None, content=None, status="ok
 
 def _records():
     return [
-        # Sent 2 ms late; chunks at 10, 12, 15, 21 ms (7 tokens by usage: chunks carry several); content at 12.
+        # Sent 2 ms late; chunks at 10, 12, 15, 21 ms (7 tokens by usage: chunks carry several); content at
+        # 12.
         _rec(0, intended=0, sent=2, tokens=[10, 12, 15, 21], end=22, usage=7, content=12),
         # A second request whose tokens at 100 and 104 ms: the 21 -> 100 gap belongs to no request.
         _rec(1, intended=90, sent=90, tokens=[100, 104], end=105, usage=2),

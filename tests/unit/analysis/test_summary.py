@@ -62,7 +62,9 @@ def test_open_loop_time_base_starts_at_the_intended_send():
     records = [rec(1, start_ms=1000, lag_ms=500, ttft_ms=500, gaps_ms=(999,)),  # sent 1500, ends 3000
                rec(2, start_ms=2000, ttft_ms=2000, gaps_ms=(999,))]
     closed = summarize(records)["throughput"]["duration_s"]
-    opened = summarize(records, cfg(load={"rate": 1}, limits={"max_lag_p99_ms": 1000}))["throughput"]["duration_s"]
+    opened = summarize(records, cfg(load={"rate": 1}, limits={"max_lag_p99_ms": 1000}))["throughput"][
+        "duration_s"
+    ]
     assert closed == pytest.approx(3.5) and opened == pytest.approx(4.0)
 
 
@@ -193,8 +195,9 @@ def test_summary_is_plain_json_without_nan():
 
 
 def test_jsonable():
-    assert jsonable({"a": np.float64(1.5), "b": np.int32(2), "c": [math.nan, np.inf], "d": np.bool_(True)}) == {
-        "a": 1.5, "b": 2, "c": [None, None], "d": True}
+    assert jsonable(
+        {"a": np.float64(1.5), "b": np.int32(2), "c": [math.nan, np.inf], "d": np.bool_(True)}
+    ) == {"a": 1.5, "b": 2, "c": [None, None], "d": True}
 
 
 def test_table_input_gives_the_same_summary():

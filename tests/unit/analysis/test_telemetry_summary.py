@@ -16,17 +16,24 @@ def _page(kv0: float, kv1: float, k: int) -> str:
     lines = ["# TYPE vllm:kv_cache_usage_perc gauge", "# TYPE vllm:gpu_cache_usage_perc gauge",
              "# TYPE vllm:num_requests_running gauge"]
     for eng, kv in (("0", kv0), ("1", kv1)):
-        lines += [f'vllm:kv_cache_usage_perc{{engine="{eng}"}} {kv}', f'vllm:gpu_cache_usage_perc{{engine="{eng}"}} {kv}',
-                  f'vllm:num_requests_running{{engine="{eng}"}} {3 + k}']
+        lines += [
+            f'vllm:kv_cache_usage_perc{{engine="{eng}"}} {kv}',
+            f'vllm:gpu_cache_usage_perc{{engine="{eng}"}} {kv}',
+            f'vllm:num_requests_running{{engine="{eng}"}} {3 + k}',
+        ]
     # simulator series, cumulative; at k = 2: evicted 37; 8 s of steps: 6 s compute, 2 s memory (overlapping)
     # and 2 s communication
-    lines += ["# TYPE servelab_sim_kv_evicted_blocks_total counter", f"servelab_sim_kv_evicted_blocks_total {37 * (k == 2)}",
-              "# TYPE servelab_sim_busy_seconds_total counter", f"servelab_sim_busy_seconds_total {4 * k}",
-              "# TYPE servelab_sim_step_seconds_total counter",
-              f'servelab_sim_step_seconds_total{{part="compute"}} {3 * k}',
-              f'servelab_sim_step_seconds_total{{part="memory"}} {1 * k}',
-              f'servelab_sim_step_seconds_total{{part="communication"}} {1 * k}',
-              "# TYPE servelab_sim_expert_imbalance_ratio histogram"]
+    lines += [
+        "# TYPE servelab_sim_kv_evicted_blocks_total counter",
+        f"servelab_sim_kv_evicted_blocks_total {37 * (k == 2)}",
+        "# TYPE servelab_sim_busy_seconds_total counter",
+        f"servelab_sim_busy_seconds_total {4 * k}",
+        "# TYPE servelab_sim_step_seconds_total counter",
+        f'servelab_sim_step_seconds_total{{part="compute"}} {3 * k}',
+        f'servelab_sim_step_seconds_total{{part="memory"}} {1 * k}',
+        f'servelab_sim_step_seconds_total{{part="communication"}} {1 * k}',
+        "# TYPE servelab_sim_expert_imbalance_ratio histogram",
+    ]
     cum = (10, 60, 90, 100, 100, 100) if k == 2 else (0,) * 6
     for le, c in zip(("1.0", "1.5", "2.0", "4.0", "8.0", "+Inf"), cum, strict=True):
         lines.append(f'servelab_sim_expert_imbalance_ratio_bucket{{le="{le}"}} {c}')

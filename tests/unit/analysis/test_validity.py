@@ -40,8 +40,10 @@ def closed(n_ok, n_failed, users=1, **config):
 def test_a_run_where_every_request_failed_is_invalid():
     s = closed(0, 50)
     assert s["valid"] is False
-    assert s["invalid_reasons"] == ["no request succeeded: all 50 attempts failed (http_error 50; HTTP 404 x50; "
-                                    "first error: model 'nope' does not exist)"]
+    assert s["invalid_reasons"] == [
+        "no request succeeded: all 50 attempts failed (http_error 50; HTTP 404 x50; "
+        "first error: model 'nope' does not exist)"
+    ]
 
 
 def test_error_rate_threshold_is_five_percent_by_default_and_configurable():
@@ -68,9 +70,11 @@ def test_nothing_measured_is_invalid():
 def test_fewer_requests_than_users_never_reach_steady_state():
     s = closed(5, 0, users=8)
     assert s["valid"] is False
-    assert s["invalid_reasons"] == ["only 5 measured requests at concurrency 8: fewer requests than users, so the "
-                                    "run never reached a steady state (send at least 8 requests, ideally many "
-                                    "more)"]
+    assert s["invalid_reasons"] == [
+        "only 5 measured requests at concurrency 8: fewer requests than users, so the "
+        "run never reached a steady state (send at least 8 requests, ideally many "
+        "more)"
+    ]
     assert closed(8, 0, users=8)["valid"] is True
 
 
@@ -85,8 +89,10 @@ def test_open_loop_server_that_falls_behind_is_invalid_with_both_rates():
     assert load["fraction"] == pytest.approx(23.5 / 60, rel=1e-6)
     assert s["valid"] is False
     assert s["invalid_reasons"] == [
-        "offered 60 req/s but requests completed at 23.5 req/s (39% < validity.min_achieved_fraction 90%): the "
-        "server did not keep up, so latencies depend on how long the run lasted (lower the rate)"]
+        "offered 60 req/s but requests completed at 23.5 req/s (39% < validity.min_achieved_fraction 90%): "
+        "the "
+        "server did not keep up, so latencies depend on how long the run lasted (lower the rate)"
+    ]
     # Below a 35% floor the shortfall is accepted; the run is still only 1.65 s of sending against a median
     # latency of 2.3 s, which is its own reason.
     lenient = summarize(recs, load={"rate": 60}, validity={"min_achieved_fraction": 0.35})
