@@ -32,12 +32,21 @@ def test_parse_mix_closed_and_open_classes():
     assert parse_mix("./p/my.yaml:3") == [{"workload": "./p/my.yaml", "concurrency": 3}]
 
 
-@pytest.mark.parametrize("bad, says", [
-    ("chat", "is not NAME:USERS or NAME@RATE"), ("chat:0", "users must be at least 1"),
-    ("chat:1.5", "is not a whole number"), ("chat:4,", "empty class"), ("", "empty"),
-    ("chat@0", "rate must be a positive"), ("chat@inf", "rate must be a positive"), ("chat@x", "is not a number"),
-    ("chat:4:5", "is not NAME:USERS"), ("chat:4@2", "is not NAME:USERS"),
-])
+@pytest.mark.parametrize(
+    "bad, says",
+    [
+        ("chat", "is not NAME:USERS or NAME@RATE"),
+        ("chat:0", "users must be at least 1"),
+        ("chat:1.5", "is not a whole number"),
+        ("chat:4,", "empty class"),
+        ("", "empty"),
+        ("chat@0", "rate must be a positive"),
+        ("chat@inf", "rate must be a positive"),
+        ("chat@x", "is not a number"),
+        ("chat:4:5", "is not NAME:USERS"),
+        ("chat:4@2", "is not NAME:USERS"),
+    ],
+)
 def test_parse_mix_refuses_bad_input_with_a_message(bad, says):
     with pytest.raises(ConfigError, match=says) as e:
         parse_mix(bad)
@@ -45,27 +54,48 @@ def test_parse_mix_refuses_bad_input_with_a_message(bad, says):
 
 
 def test_mix_config_defaults_the_first_class_sessions_and_is_an_agent_run(tmp_path):
-    c = cfg(tmp_path, mix=[{"workload": "chat", "concurrency": 12, "tenant": "a", "headers": {"X-Tenant": "a"}},
-                           {"workload": "batch-summarize", "rate": 2}])
+    c = cfg(
+        tmp_path,
+        mix=[
+            {"workload": "chat", "concurrency": 12, "tenant": "a", "headers": {"X-Tenant": "a"}},
+            {"workload": "batch-summarize", "rate": 2},
+        ],
+    )
     assert c.is_agent and c.mix_baseline
     assert [m.label for m in c.mix] == ["chat", "batch-summarize"]
-    assert c.mix[0].sessions == 24 and c.mix[1].sessions is None  # max(16, 2 x 12); the others follow the first
+    # max(16, 2 x 12); the others follow the first
+    assert c.mix[0].sessions == 24 and c.mix[1].sessions is None
     assert c.limits.requests is None and c.limits.sessions is None
     assert cfg(tmp_path, mix=[{"workload": "chat", "concurrency": 2}]).mix[0].sessions == 16
     timed = cfg(tmp_path, mix=[{"workload": "chat", "concurrency": 2}], limits={"duration_s": 30})
     assert timed.mix[0].sessions is None  # a duration ends it
 
 
-@pytest.mark.parametrize("kw, says", [
-    ({"mix": [{"workload": "chat", "concurrency": 2}, {"workload": "chat", "concurrency": 3}]}, "appears twice"),
-    ({"mix": [{"workload": "chat"}]}, "needs concurrency"),
-    ({"mix": [{"workload": "chat", "concurrency": 2, "rate": 1}]}, "not both"),
-    ({"mix": [{"workload": "chat", "concurrency": 2}], "load": {"concurrency": 4}}, "each class sets its own load"),
-    ({"mix": [{"workload": "chat", "concurrency": 2}], "limits": {"requests": 9}}, "limits.duration_s"),
-    ({"mix": [{"workload": "chat", "concurrency": 2}], "workload": {"kind": "agent", "profile": "chat"}}, "not both"),
-    ({"mix": [{"workload": "chat", "concurrency": 2, "headers": {"X-A": "a\nb"}}]}, "X-A"),
-    ({"mix": []}, "at least one class"),
-])
+@pytest.mark.parametrize(
+    "kw, says",
+    [
+        (
+            {"mix": [{"workload": "chat", "concurrency": 2}, {"workload": "chat", "concurrency": 3}]},
+            "appears twice",
+        ),
+        ({"mix": [{"workload": "chat"}]}, "needs concurrency"),
+        ({"mix": [{"workload": "chat", "concurrency": 2, "rate": 1}]}, "not both"),
+        (
+            {"mix": [{"workload": "chat", "concurrency": 2}], "load": {"concurrency": 4}},
+            "each class sets its own load",
+        ),
+        ({"mix": [{"workload": "chat", "concurrency": 2}], "limits": {"requests": 9}}, "limits.duration_s"),
+        (
+            {
+                "mix": [{"workload": "chat", "concurrency": 2}],
+                "workload": {"kind": "agent", "profile": "chat"},
+            },
+            "not both",
+        ),
+        ({"mix": [{"workload": "chat", "concurrency": 2, "headers": {"X-A": "a\nb"}}]}, "X-A"),
+        ({"mix": []}, "at least one class"),
+    ],
+)
 def test_bad_mix_configs_are_refused(tmp_path, kw, says):
     with pytest.raises(ValueError, match=says):
         cfg(tmp_path, **kw)
@@ -160,5 +190,7 @@ def test_no_baseline_when_asked_or_with_one_class(tmp_path):
 
 def test_an_unknown_profile_fails_before_anything_is_written(tmp_path):
     with pytest.raises(ConfigError, match="unknown profile 'nosuch'"):
-        execute_mix(cfg(tmp_path, mix=[{"workload": "chat", "concurrency": 1}, {"workload": "nosuch", "rate": 1}]))
+        execute_mix(
+            cfg(tmp_path, mix=[{"workload": "chat", "concurrency": 1}, {"workload": "nosuch", "rate": 1}])
+        )
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

@@ -1,4 +1,5 @@
-"""Pre-flight checks and how a run ends, as pure functions (the CLI cases are in tests/e2e/test_preflight.py)."""
+"""Pre-flight checks and how a run ends, as pure functions (the CLI cases are in
+tests/e2e/test_preflight.py)."""
 
 from pathlib import Path
 
@@ -24,7 +25,9 @@ def test_target_url_without_api_path_suggests_v1():
 
 def test_no_model_and_a_failing_models_listing_is_refused_with_the_server_error():
     with pytest.raises(TargetError, match=r"no --model given .* \(HTTP 500: boom\)"):
-        preflight.check_served(cfg(target={"url": "http://h:1/v1"}), {"models": [], "models_error": "HTTP 500: boom"})
+        preflight.check_served(
+            cfg(target={"url": "http://h:1/v1"}), {"models": [], "models_error": "HTTP 500: boom"}
+        )
     preflight.check_served(cfg(target={"url": "http://h:1/v1"}), {"models": ["m"]})  # the first is used
 
 
@@ -41,8 +44,9 @@ def test_context_check_uses_the_longest_request_the_workload_can_make():
     with pytest.raises(ConfigError, match=r"up to 4000 prompt \+ 200 output = 4200 tokens .* 4096 tokens"):
         preflight.check_context(c, facts)
     preflight.check_context(c, {"models": ["m"], "max_model_len": {"m": 4200}})  # exactly fits
-    preflight.check_context(c.model_copy(update={"target": c.target.model_copy(update={"allow_over_context": True})}),
-                            facts)
+    preflight.check_context(
+        c.model_copy(update={"target": c.target.model_copy(update={"allow_over_context": True})}), facts
+    )
     # Unbounded lengths (a lognormal without max) cannot be checked up front: not refused.
     free = cfg(workload={"input_tokens": {"kind": "lognormal", "median": 500, "sigma": 1}})
     assert preflight.longest_request(free) is None
@@ -76,7 +80,8 @@ def test_api_key_with_a_trailing_cr_is_refused_without_showing_it(monkeypatch):
 def test_requests_issued_is_compared_only_when_each_job_is_one_request():
     assert ending.requests_issued(False, {}, 7) == 7
     assert ending.requests_issued(True, {}, 7) is None  # agent sessions
-    assert ending.requests_issued(False, {"trace": {"units": 10, "requests": 24}}, 10) is None  # session replay
+    # session replay
+    assert ending.requests_issued(False, {"trace": {"units": 10, "requests": 24}}, 10) is None
     assert ending.requests_issued(False, {"trace": {"units": 24, "requests": 24}}, 24) == 24
     assert ending.run_status("interrupt") == {"status": "interrupted", "interrupted": True}
     assert ending.run_status("limit") == {"status": "complete", "interrupted": False}

@@ -127,7 +127,9 @@ def test_window_sample_and_untimed_speed_errors(tmp_path):
     tr = prepare_trace(w)
     assert [r.t_offset_ns for r in tr.requests] == [0, NS_PER_S, 2 * NS_PER_S, 3 * NS_PER_S]
     with pytest.raises(ConfigError, match="no timestamps"):
-        prepare_trace(ReplayWorkloadConfig(path=str(DATA / "mt_bench_slice.jsonl"), format="mt-bench", speed=2))
+        prepare_trace(
+            ReplayWorkloadConfig(path=str(DATA / "mt_bench_slice.jsonl"), format="mt-bench", speed=2)
+        )
     with pytest.raises(ValueError, match="either speed or rate"):
         ReplayWorkloadConfig(path="x", format="azure", speed=2, rate=3)
 
@@ -167,11 +169,15 @@ def test_claude_code_subagent_starts_after_its_spawning_turn_as_in_the_trace():
     assert len(calls) == len(tr) and state["outcome"].cancelled_in_flight == 0
     assert {s.profile for s in sink.sessions} == {"replay:claude-code", "Explore"}
     # prompts grow as in the trace: each turn's input length, words for tokens
-    assert [len(r.text().split()) for _, r in calls if r.session_id == 0] == [r.input_tokens for r in parent.requests]
+    assert [len(r.text().split()) for _, r in calls if r.session_id == 0] == [
+        r.input_tokens for r in parent.requests
+    ]
 
 
 def test_mt_bench_conversation_grows_with_earlier_turns_and_answers():
-    cfg = _cfg(DATA / "mt_bench_slice.jsonl", "mt-bench", rate=1.0, max_requests=2, options={"output_tokens": 5})
+    cfg = _cfg(
+        DATA / "mt_bench_slice.jsonl", "mt-bench", rate=1.0, max_requests=2, options={"output_tokens": 5}
+    )
     _, _, state = _replay(cfg)
     (t0, first), (t1, second) = state["transport"].calls
     q = load_trace(DATA / "mt_bench_slice.jsonl", "mt-bench").requests
@@ -215,9 +221,19 @@ def test_replay_units_group_sub_agents_and_rebase():
 def test_replay_summary_measures_lag_rate_and_cached_fraction():
     tr = load_trace(DATA / "mooncake_head.jsonl", "mooncake")
     units = replay_units(tr)[:3]
-    recs = [RequestRecord(request_id=i, status=OK, intended_ns=o, sent_ns=o + lag, usage_prompt_tokens=100,
-                          usage_cached_tokens=c)
-            for i, (o, lag, c) in enumerate(zip((0, NS_PER_S, 3 * NS_PER_S), (0, 2_000_000, 0), (0, 50, 10), strict=True))]
+    recs = [
+        RequestRecord(
+            request_id=i,
+            status=OK,
+            intended_ns=o,
+            sent_ns=o + lag,
+            usage_prompt_tokens=100,
+            usage_cached_tokens=c,
+        )
+        for i, (o, lag, c) in enumerate(
+            zip((0, NS_PER_S, 3 * NS_PER_S), (0, 2_000_000, 0), (0, 50, 10), strict=True)
+        )
+    ]
     rep = trace_replay_summary(tr, units, recs, speed=1.0)
     assert rep["trace_requests"] == 3 and rep["requests"] == 3
     assert rep["achieved_rate"] == pytest.approx(2 / 3.0)
