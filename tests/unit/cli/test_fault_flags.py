@@ -19,7 +19,9 @@ def test_defaults_when_not_given():
     assert cfg.target.timeouts.idle_s == 60.0 and cfg.target.max_response_bytes == 64 * 1024 * 1024
 
 
-@pytest.mark.parametrize("flag, value", [("idle_timeout", 0), ("idle_timeout", -1), ("max_response_bytes", 10)])
+@pytest.mark.parametrize(
+    "flag, value", [("idle_timeout", 0), ("idle_timeout", -1), ("max_response_bytes", 10)]
+)
 def test_out_of_range_values_are_refused(flag, value):
     with pytest.raises(ServelabError):
         build_run_config(None, {"target": "http://127.0.0.1:8000/v1", flag: value})

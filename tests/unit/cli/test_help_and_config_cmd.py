@@ -94,14 +94,29 @@ def test_config_init_writes_a_file_that_validates_and_refuses_to_overwrite(tmp_p
     assert "exists" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("flags", "want"), [
-    ({}, "sim:llama-3.1-8b@1xh100 | Llama-3.1-8B on 1 x H100, BF16 (simulated, vLLM engine profile) | "
-         "closed loop, 16 concurrent users | 1,024 in / 256 out tokens | 200 requests"),
-    ({"target": "http://127.0.0.1:9/v1", "model": "m", "rate": 2.5, "duration": 90.0, "arrival": "gamma",
-      "burstiness": 0.5},
-     "http://127.0.0.1:9/v1 | m (real endpoint at http://127.0.0.1:9/v1) | open loop, 2.50 requests/s (gamma, "
-     "burstiness 0.500) | 1,024 in / 256 out tokens | for 1.50 min"),
-])
+@pytest.mark.parametrize(
+    ("flags", "want"),
+    [
+        (
+            {},
+            "sim:llama-3.1-8b@1xh100 | Llama-3.1-8B on 1 x H100, BF16 (simulated, vLLM engine profile) | "
+            "closed loop, 16 concurrent users | 1,024 in / 256 out tokens | 200 requests",
+        ),
+        (
+            {
+                "target": "http://127.0.0.1:9/v1",
+                "model": "m",
+                "rate": 2.5,
+                "duration": 90.0,
+                "arrival": "gamma",
+                "burstiness": 0.5,
+            },
+            "http://127.0.0.1:9/v1 | m (real endpoint at http://127.0.0.1:9/v1) | open loop, 2.50 "
+            "requests/s (gamma, "
+            "burstiness 0.500) | 1,024 in / 256 out tokens | for 1.50 min",
+        ),
+    ],
+)
 def test_the_context_line_says_what_is_benchmarked(flags, want):
     assert context_text(build_run_config(None, flags)) == want
 
