@@ -86,7 +86,9 @@ def test_agent_workload_takes_exactly_one_source():
 def test_cost_model_kinds():
     c = CostConfig.model_validate({"model": {"kind": "gpu_hour", "gpu_hour_usd": 3.5, "gpus": 8}})
     assert isinstance(c.model, GpuHourCost) and c.model.gpus == 8 and c.tool_call_usd == 0
-    c = CostConfig.model_validate({"model": {"kind": "tokens", "input_per_million": 3, "output_per_million": 15}})
+    c = CostConfig.model_validate(
+        {"model": {"kind": "tokens", "input_per_million": 3, "output_per_million": 15}}
+    )
     assert isinstance(c.model, TokenPriceCost) and c.model.cached_input_per_million is None
     with pytest.raises(ValidationError):
         CostConfig.model_validate({"model": {"kind": "gpu_hour", "gpu_hour_usd": 0}})

@@ -15,7 +15,10 @@ def _session(**live) -> SessionConfig:
 
 
 def test_a_live_block_validates_with_defaults():
-    c = _session(tools=[TOOL], tool_results={"search": {"duration_s": 2, "result_tokens": {"kind": "fixed", "value": 9}}})
+    c = _session(
+        tools=[TOOL],
+        tool_results={"search": {"duration_s": 2, "result_tokens": {"kind": "fixed", "value": 9}}},
+    )
     assert c.live.max_turns == 8 and c.live.on_max_turns == "fail" and c.live.tool_names == {"search"}
     assert c.live.tool_results["search"].duration_s.value == 2
     assert SessionConfig.model_validate({"steps": [{"kind": "model"}]}).live is None

@@ -34,7 +34,9 @@ def test_unknown_key_in_file_is_rejected_with_its_path(tmp_path):
 
 def test_flag_beats_file_beats_default(tmp_path):
     p = tmp_path / "c.yaml"
-    p.write_text("load:\n  concurrency: 8\nworkload:\n  input_tokens: {kind: lognormal, median: 100, sigma: 0.5}\n")
+    p.write_text(
+        "load:\n  concurrency: 8\nworkload:\n  input_tokens: {kind: lognormal, median: 100, sigma: 0.5}\n"
+    )
     cfg = load_config(RunConfig, p, {"load.concurrency": 16})
     assert cfg.load.concurrency == 16
     assert isinstance(cfg.workload.input_tokens, LogNormal)
@@ -51,7 +53,9 @@ def test_unbounded_run_gets_a_request_limit():
     assert load_config(RunConfig, None, {}).limits.requests == 200
     # 256 users: 4 requests each (never fewer requests than users, which is INVALID by construction)
     assert load_config(RunConfig, None, {"load.concurrency": 256}).limits.requests == 1024
-    assert load_config(RunConfig, None, {"load.concurrency": 256, "limits.requests": 10}).limits.requests == 10
+    assert (
+        load_config(RunConfig, None, {"load.concurrency": 256, "limits.requests": 10}).limits.requests == 10
+    )
 
 
 def test_unknown_keys_get_a_did_you_mean(tmp_path):
