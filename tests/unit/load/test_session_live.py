@@ -38,8 +38,13 @@ class CallsTwice:
 
 
 def _spec(tool: dict) -> SessionConfig:
-    return SessionConfig.model_validate({"steps": [{"kind": "model"}], "policy": {"retry": {"max_retries": 0}},
-                                         "live": {"tools": [TOOL], "tool_results": {"search": tool}}})
+    return SessionConfig.model_validate(
+        {
+            "steps": [{"kind": "model"}],
+            "policy": {"retry": {"max_retries": 0}},
+            "live": {"tools": [TOOL], "tool_results": {"search": tool}},
+        }
+    )
 
 
 def _run(spec: SessionConfig):
