@@ -15,7 +15,9 @@ def _journals(tmp_path, shards=2, per_shard=4, sessions=True):
         with Journal(tmp_path, w) as j:
             for k in range(per_shard):
                 j.write_issued(k * shards + w)
-                r = RequestRecord(request_id=k * shards + w, status=OK, intended_ns=k, sent_ns=k, end_ns=k + 5)
+                r = RequestRecord(
+                    request_id=k * shards + w, status=OK, intended_ns=k, sent_ns=k, end_ns=k + 5
+                )
                 r.worker = w
                 j.write_request(r)
             if sessions:

@@ -10,8 +10,15 @@ from servelab.records.schema import OK, TIMEOUT, RequestRecord, SessionRecord
 
 
 def _rec(i: int, status: str = OK) -> RequestRecord:
-    return RequestRecord(request_id=i, status=status, sent_ns=10 * i, end_ns=10 * i + 5, usage_prompt_tokens=7,
-                         usage_completion_tokens=3, token_times_ns=[10 * i + 2, 10 * i + 4])
+    return RequestRecord(
+        request_id=i,
+        status=status,
+        sent_ns=10 * i,
+        end_ns=10 * i + 5,
+        usage_prompt_tokens=7,
+        usage_completion_tokens=3,
+        token_times_ns=[10 * i + 2, 10 * i + 4],
+    )
 
 
 def _dead_run(tmp_path, torn: bytes) -> None:

@@ -63,7 +63,9 @@ def test_a_dead_sharded_run_reads_back_from_every_shards_journal(tmp_path):
     from servelab.records.manifest import build_manifest
     from servelab.records.rundir import read_run, write_json
 
-    write_json(tmp_path / "manifest.json", build_manifest(config={}, argv=[], target={}, seed=0, started_at="x"))
+    write_json(
+        tmp_path / "manifest.json", build_manifest(config={}, argv=[], target={}, seed=0, started_at="x")
+    )
     for w in range(3):
         with Journal(tmp_path, w) as j:
             r = RequestRecord(request_id=w, status=OK)

@@ -51,7 +51,10 @@ def test_rows_with_values_of_the_wrong_type_become_nulls_and_malformed():
     rows = t.to_pylist()
     assert [r["status"] for r in rows] == ["ok", "malformed", "malformed", "timeout", "malformed", "ok"]
     assert rows[1]["usage_prompt_tokens"] is None and "usage_prompt_tokens='10'" in rows[1]["error"]
-    assert rows[2]["usage_cached_tokens"] is None and "usage_cached_tokens=18446744073709551616" in rows[2]["error"]
+    assert (
+        rows[2]["usage_cached_tokens"] is None
+        and "usage_cached_tokens=18446744073709551616" in rows[2]["error"]
+    )
     assert rows[3]["error"].startswith("too slow; invalid field(s)")  # the failure stays, the reason is added
     assert rows[4]["finish_reason"] is None and rows[4]["token_times_ns"] is None
     assert rows[5]["usage_prompt_tokens"] == 7 and rows[0]["usage_prompt_tokens"] == 3

@@ -16,17 +16,41 @@ def test_the_schema_ships_in_the_package_and_is_a_valid_schema():
 
 
 def test_a_real_runs_summary_conforms(tmp_path):
-    assert main(["run", "--requests", "24", "--concurrency", "4", "--input-tokens", "32", "--output-tokens", "8",
-                 "--out", str(tmp_path), "--no-report"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--requests",
+                "24",
+                "--concurrency",
+                "4",
+                "--input-tokens",
+                "32",
+                "--output-tokens",
+                "8",
+                "--out",
+                str(tmp_path),
+                "--no-report",
+            ]
+        )
+        == 0
+    )
     summary = json.loads(next(tmp_path.glob("*/summary.json")).read_text())
     assert schema_errors(summary) == []
     assert summary["requests"]["sent"] == 24
 
 
 def test_a_broken_summary_is_reported_where_it_breaks():
-    bad = {"requests": {"sent": -1, "ok": 0, "failed": {}, "cancelled": 0}, "metrics": {}, "throughput": {},
-           "tokens": {"input": 0, "output": 0, "source": "guess"}, "errors": {"by_status": {}}, "valid": "yes",
-           "invalid_reasons": [], "units": {}}
+    bad = {
+        "requests": {"sent": -1, "ok": 0, "failed": {}, "cancelled": 0},
+        "metrics": {},
+        "throughput": {},
+        "tokens": {"input": 0, "output": 0, "source": "guess"},
+        "errors": {"by_status": {}},
+        "valid": "yes",
+        "invalid_reasons": [],
+        "units": {},
+    }
     errs = schema_errors(bad)
     assert any(e.startswith("requests/sent:") for e in errs)
     assert any(e.startswith("tokens/source:") for e in errs)
