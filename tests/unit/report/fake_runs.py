@@ -48,14 +48,30 @@ def synth(concurrency: int, per_user: int = 12, seed: int = 0, tokens: int = 48,
             times = [first, *(first + np.cumsum(gaps)).tolist()]
             end = times[-1] + MS
             status = HTTP_ERROR if rid % 97 == 13 else OK
-            recs.append(RequestRecord(
-                request_id=rid, session_id=u, turn=k, status=status, intended_ns=t, sent_ns=t,
-                first_token_ns=first if status == OK else None, last_token_ns=times[-1] if status == OK else None,
-                end_ns=end, token_times_ns=times if status == OK else [], usage_prompt_tokens=900,
-                usage_completion_tokens=tokens if status == OK else None, est_completion_tokens=tokens,
-                http_status=200 if status == OK else 500, error=None if status == OK else "upstream <b>boom</b>",
-                srv_queue_ns=queue, srv_prefill_ns=prefill, srv_decode_ns=int(times[-1] - first),
-                srv_preempted_ns=0, srv_comm_ns=0))
+            recs.append(
+                RequestRecord(
+                    request_id=rid,
+                    session_id=u,
+                    turn=k,
+                    status=status,
+                    intended_ns=t,
+                    sent_ns=t,
+                    first_token_ns=first if status == OK else None,
+                    last_token_ns=times[-1] if status == OK else None,
+                    end_ns=end,
+                    token_times_ns=times if status == OK else [],
+                    usage_prompt_tokens=900,
+                    usage_completion_tokens=tokens if status == OK else None,
+                    est_completion_tokens=tokens,
+                    http_status=200 if status == OK else 500,
+                    error=None if status == OK else "upstream <b>boom</b>",
+                    srv_queue_ns=queue,
+                    srv_prefill_ns=prefill,
+                    srv_decode_ns=int(times[-1] - first),
+                    srv_preempted_ns=0,
+                    srv_comm_ns=0,
+                )
+            )
             model_ns += end - t
             tool = int(100 * MS * rng.lognormal(0, 0.5))
             tool_ns += tool
@@ -83,7 +99,9 @@ def write_run(d: Path, concurrency: int, *, seed: int = 0, telemetry: bool = Tru
               capacity: int = CAPACITY, nodes: int = 1) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     recs, sess = synth(concurrency, seed=seed, capacity=capacity)
-    cfg = RunConfig.model_validate({"load": {"concurrency": concurrency}, "slo": {"ttft_ms": 150, "percentile": 95}})
+    cfg = RunConfig.model_validate(
+        {"load": {"concurrency": concurrency}, "slo": {"ttft_ms": 150, "percentile": 95}}
+    )
     started = min(r.intended_ns for r in recs)
     ended = max(r.end_ns for r in recs)
     summary = build_summary(recs, cfg, started_ns=started, ended_ns=ended)
@@ -92,12 +110,29 @@ def write_run(d: Path, concurrency: int, *, seed: int = 0, telemetry: bool = Tru
     if telemetry:
         pq.write_table(telemetry_table(started), d / "telemetry.parquet")
     write_json(d / "summary.json", summary)
-    manifest = {"schema_version": 1, "kind": "run", "servelab_version": "0.1.0", "command_line": ["servelab", "run"],
-                "config": cfg.model_dump(mode="json"), "seed": 0,
-                "target": {"engine": "servelab-sim", "version": "0.1.0", "model": model,
-                           "deployment": {"hardware": "H100", "gpus": nodes, "nodes": nodes, "gpus_per_node": 1,
-                                          "kv_tokens": 400_000}},
-                "host": {}, "started_at": "2026-01-01T00:00:00Z", "ended_at": "2026-01-01T00:01:00Z"}
+    manifest = {
+        "schema_version": 1,
+        "kind": "run",
+        "servelab_version": "0.1.0",
+        "command_line": ["servelab", "run"],
+        "config": cfg.model_dump(mode="json"),
+        "seed": 0,
+        "target": {
+            "engine": "servelab-sim",
+            "version": "0.1.0",
+            "model": model,
+            "deployment": {
+                "hardware": "H100",
+                "gpus": nodes,
+                "nodes": nodes,
+                "gpus_per_node": 1,
+                "kv_tokens": 400_000,
+            },
+        },
+        "host": {},
+        "started_at": "2026-01-01T00:00:00Z",
+        "ended_at": "2026-01-01T00:01:00Z",
+    }
     (d / "manifest.json").write_bytes(orjson.dumps(manifest))
     return d
 
@@ -109,8 +144,18 @@ def write_sweep(d: Path, levels=(1, 2, 4, 8, 16)) -> Path:
         key = f"p{i:03d}-concurrency={c}"
         run = write_run(d / key, c, seed=i, telemetry=(c == CAPACITY))
         summary = orjson.loads((run / "summary.json").read_bytes())
-        points.append({"index": i, "key": key, "params": {"concurrency": c}, "level": float(c), "status": "ok",
-                       "run_dir": key, "summary": summary, "error": None})
+        points.append(
+            {
+                "index": i,
+                "key": key,
+                "params": {"concurrency": c},
+                "level": float(c),
+                "status": "ok",
+                "run_dir": key,
+                "summary": summary,
+                "error": None,
+            }
+        )
     tp = [p["summary"]["throughput"]["output_tokens_per_s"] for p in points]
     lat = [p["summary"]["metrics"]["ttft_ms"]["p95"] for p in points]
     knee = find_knee([p["level"] for p in points], tp, latency_p95=lat)

@@ -37,14 +37,20 @@ def test_run_report_is_self_contained_and_escaped(tmp_path):
     assert page.count("data:image/png;base64,") == len(names)
     assert "Full configuration" in page and "ttft_ms" in page
     # reading order: headline, validity, the answer, errors, then the evidence
-    order = [page.index(x) for x in ('id="headline"', 'id="validity"', "Key figures", 'id="errors"', 'id="ttft"')]
+    order = [
+        page.index(x) for x in ('id="headline"', 'id="validity"', "Key figures", 'id="errors"', 'id="ttft"')
+    ]
     assert order == sorted(order)
 
 
 def test_run_verdict_words_and_invalid_runs():
-    summary = {"requests": {"sent": 10, "ok": 8, "failed": {"timeout": 2}}, "throughput": {"output_tokens_per_s": 12.5},
-               "metrics": {"ttft_ms": {"p50": 40.0, "p99": 90.0}, "e2e_ms": {"p50": 400.0, "p99": 900.0}},
-               "valid": False, "invalid_reasons": ["schedule lag p99 40 ms > 10 ms"]}
+    summary = {
+        "requests": {"sent": 10, "ok": 8, "failed": {"timeout": 2}},
+        "throughput": {"output_tokens_per_s": 12.5},
+        "metrics": {"ttft_ms": {"p50": 40.0, "p99": 90.0}, "e2e_ms": {"p50": 400.0, "p99": 900.0}},
+        "valid": False,
+        "invalid_reasons": ["schedule lag p99 40 ms > 10 ms"],
+    }
     words, valid = run_verdict(summary, {"config": {"load": {"rate": 4.0}}, "target": {"model": "m"}})
     assert not valid
     assert "m (real endpoint), open loop, 4 requests/s (poisson)" in words
@@ -94,9 +100,15 @@ def test_missing_directories_raise(tmp_path):
 
 # -- groups, scaling and accuracy (sweeps written the way `servelab sweep` writes sweep.json) -------------
 
-ACC_A = {"setup": "A", "summary": {"accuracy": {"value": 0.8, "lo": 0.71, "hi": 0.87}, "correct": 80, "answered": 100}}
-ACC_B = {"setup": "B", "summary": {"accuracy": {"value": 0.6, "lo": 0.5, "hi": 0.69}, "correct": 60, "answered": 100},
-         "vs_first_setup": {"flagged": True, "verdict": "quality drop", "diff": -0.2, "lo": -0.3, "hi": -0.1}}
+ACC_A = {
+    "setup": "A",
+    "summary": {"accuracy": {"value": 0.8, "lo": 0.71, "hi": 0.87}, "correct": 80, "answered": 100},
+}
+ACC_B = {
+    "setup": "B",
+    "summary": {"accuracy": {"value": 0.6, "lo": 0.5, "hi": 0.69}, "correct": 60, "answered": 100},
+    "vs_first_setup": {"flagged": True, "verdict": "quality drop", "diff": -0.2, "lo": -0.3, "hi": -0.1},
+}
 
 
 @pytest.fixture(scope="module")
@@ -119,8 +131,9 @@ def test_every_group_gets_its_knee_in_words_plot_and_table(grouped):
     assert "max_num_seqs=8: the knee is at concurrency 8 (between 4 and 16)" in verdict
     assert "at concurrency 16 (max_num_seqs=8)" in verdict  # the overall peak names its group
     assert page.count('id="knee"') == 1 and (grouped / "report-knee.png").stat().st_size > 1000
-    knee_rows = re.findall(r'<tr><td class="l">max_num_seqs=(\d)</td><td class="">(\d+)</td><td class="">([^<]*)<',
-                           page)
+    knee_rows = re.findall(
+        r'<tr><td class="l">max_num_seqs=(\d)</td><td class="">(\d+)</td><td class="">([^<]*)<', page
+    )
     assert knee_rows == [("4", "4", "2 to 8"), ("8", "8", "4 to 16")]
     assert "Scaling efficiency" not in page  # both groups ran on one node
     assert "distributions at concurrency 4 (max_num_seqs=4)" in page
@@ -137,7 +150,9 @@ def test_flagged_quality_drop_with_a_throughput_gain_is_a_highlighted_warning(gr
     assert "accuracy 60% (-20.0 points [-30.0, -10.0], quality drop against the first setup)" in c8
     assert "bought with quality" in c8
     # at concurrency 2 the synthetic max_num_seqs=8 point is no faster: no gain is claimed
-    c2 = next(a for a in alarms if "max_num_seqs=8, concurrency=2:" in a or "max_num_seqs=8, concurrency=2 " in a)
+    c2 = next(
+        a for a in alarms if "max_num_seqs=8, concurrency=2:" in a or "max_num_seqs=8, concurrency=2 " in a
+    )
     assert "no throughput gain" in c2 and "gains +" not in c2
     # the per-point table: an accuracy column, flagged rows highlighted
     assert "<th class=\"\">accuracy [95% CI]</th>" in page
@@ -147,9 +162,16 @@ def test_flagged_quality_drop_with_a_throughput_gain_is_a_highlighted_warning(gr
 
 
 def test_no_warning_without_a_flag(tmp_path):
-    ok_b = {**ACC_B, "vs_first_setup": {**ACC_B["vs_first_setup"], "flagged": False, "verdict": "within noise"}}
-    d = write_grouped_sweep(tmp_path / "s", {"s4": ({"max_num_seqs": 4}, 4, 1), "s8": ({"max_num_seqs": 8}, 8, 1)},
-                            levels=(1, 4, 16), accuracy={"s4": ACC_A, "s8": ok_b})
+    ok_b = {
+        **ACC_B,
+        "vs_first_setup": {**ACC_B["vs_first_setup"], "flagged": False, "verdict": "within noise"},
+    }
+    d = write_grouped_sweep(
+        tmp_path / "s",
+        {"s4": ({"max_num_seqs": 4}, 4, 1), "s8": ({"max_num_seqs": 8}, 8, 1)},
+        levels=(1, 4, 16),
+        accuracy={"s4": ACC_A, "s8": ok_b},
+    )
     page = write_sweep_report(d).read_text()
     assert '<div class="verdict" id="verdict">' in page and 'class="alarm"' not in page
     assert '<tr class="flagged">' not in page and "-20.0 points [-30.0, -10.0], within noise" in page
@@ -157,8 +179,14 @@ def test_no_warning_without_a_flag(tmp_path):
 
 def test_scaling_chart_table_and_sentence(tmp_path):
     # 1 node saturates at 4, 2 nodes at 8 (near-linear peak), 4 nodes also at 8 (half of linear)
-    d = write_grouped_sweep(tmp_path / "s", {"n1": ({"target": "sim:a@1"}, 4, 1), "n2": ({"target": "sim:a@2"}, 8, 2),
-                                             "n4": ({"target": "sim:a@4"}, 8, 4)})
+    d = write_grouped_sweep(
+        tmp_path / "s",
+        {
+            "n1": ({"target": "sim:a@1"}, 4, 1),
+            "n2": ({"target": "sim:a@2"}, 8, 2),
+            "n4": ({"target": "sim:a@4"}, 8, 4),
+        },
+    )
     sc = load_sweep(d).state["scaling"]
     eff = {p["nodes"]: p["efficiency"] for p in sc["peaks"]}
     assert eff[1] == 1.0 and eff[2] > 0.8 and eff[4] < 0.6 and sc["bend"]["nodes"] == 2
@@ -177,5 +205,8 @@ def test_scaling_chart_table_and_sentence(tmp_path):
 
 
 def test_tick_labels_show_each_groups_sample_count():
-    groups = [{"levels": [1.0, 4.0], "counts": [30, 30]}, {"levels": [1.0, 4.0, 16.0], "counts": [30, 29, 12]}]
+    groups = [
+        {"levels": [1.0, 4.0], "counts": [30, 30]},
+        {"levels": [1.0, 4.0, 16.0], "counts": [30, 29, 12]},
+    ]
     assert counts_labels(groups, [1.0, 4.0, 16.0]) == ["1\nn=30", "4\nn=30/29", "16\nn=-/12"]

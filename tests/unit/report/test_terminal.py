@@ -14,10 +14,22 @@ def _records():
     for i in range(10):
         sent = i * 100 * MS
         tt = [sent + (20 + i) * MS, sent + (25 + i) * MS]
-        out.append(RequestRecord(request_id=i, status="ok", intended_ns=sent, sent_ns=sent, first_token_ns=tt[0],
-                                 first_content_ns=tt[0], last_token_ns=tt[1], end_ns=tt[1] + MS,
-                                 token_times_ns=tt, usage_prompt_tokens=100, usage_completion_tokens=2,
-                                 est_completion_tokens=2))
+        out.append(
+            RequestRecord(
+                request_id=i,
+                status="ok",
+                intended_ns=sent,
+                sent_ns=sent,
+                first_token_ns=tt[0],
+                first_content_ns=tt[0],
+                last_token_ns=tt[1],
+                end_ns=tt[1] + MS,
+                token_times_ns=tt,
+                usage_prompt_tokens=100,
+                usage_completion_tokens=2,
+                est_completion_tokens=2,
+            )
+        )
     out.append(RequestRecord(request_id=10, status="http_error", http_status=429, intended_ns=0, sent_ns=0,
                              end_ns=MS, error="[bold]rate limited[/bold]"))
     return out
@@ -30,8 +42,14 @@ def _render(summary, **kw):
 
 
 def test_render_contains_the_figures():
-    cfg = RunConfig.model_validate({"slo": {"ttft_ms": 25}, "percentiles": [50, 99.9], "load": {"concurrency": 1},
-                                   "validity": {"max_error_rate": 0.2}})
+    cfg = RunConfig.model_validate(
+        {
+            "slo": {"ttft_ms": 25},
+            "percentiles": [50, 99.9],
+            "load": {"concurrency": 1},
+            "validity": {"max_error_rate": 0.2},
+        }
+    )
     s = build_summary(_records(), cfg, started_ns=0, ended_ns=2000 * MS)
     text = _render(s, title="my run")
     assert "my run" in text

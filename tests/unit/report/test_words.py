@@ -20,10 +20,18 @@ def test_three_significant_figures_never_in_exponent_form(v, want):
     assert sig(v) == want
 
 
-@pytest.mark.parametrize(("ms", "want"), [
-    (0.409, "409 µs"), (31.246, "31.2 ms"), (1993.0, "1.99 s"), (633572.0, "10.6 min"), (9_000_000.0, "2.50 h"),
-    (0, "0 ms"), (None, "-"),
-])
+@pytest.mark.parametrize(
+    ("ms", "want"),
+    [
+        (0.409, "409 µs"),
+        (31.246, "31.2 ms"),
+        (1993.0, "1.99 s"),
+        (633572.0, "10.6 min"),
+        (9_000_000.0, "2.50 h"),
+        (0, "0 ms"),
+        (None, "-"),
+    ],
+)
 def test_durations_in_the_unit_that_reads_best(ms, want):
     assert duration_ms(ms) == want
 
