@@ -21,14 +21,24 @@ def _point(root: Path, key: str, target: str, gpus: int, level: int, tasks: int)
                 "config": {"limits": {"duration_s": 400.0}}}
     (d / "manifest.json").write_text(json.dumps(manifest))
     # tasks end evenly inside the window [100, 400] s; one ends at 50 s (before it), one was cancelled
-    sess = [SessionRecord(session_id=i, status="ok", accepted=True, start_ns=0, end_ns=int((100 + 300 * (i + 0.5)
-                                                                                           / tasks) * S))
-            for i in range(tasks)]
+    sess = [
+        SessionRecord(
+            session_id=i,
+            status="ok",
+            accepted=True,
+            start_ns=0,
+            end_ns=int((100 + 300 * (i + 0.5) / tasks) * S),
+        )
+        for i in range(tasks)
+    ]
     sess += [SessionRecord(session_id=900, status="ok", accepted=True, start_ns=0, end_ns=50 * S),
              SessionRecord(session_id=901, status="cancelled", start_ns=0, end_ns=399 * S)]
     pq.write_table(rows_to_table([session_to_row(s) for s in sess], SESSION_SCHEMA), d / "sessions.parquet")
-    summary = {"run": {"started_ns": 0}, "sessions": {"started": tasks + 2, "accepted": tasks + 1, "cancelled": 1},
-               "throughput": {"output_tokens_per_s": 100.0}}
+    summary = {
+        "run": {"started_ns": 0},
+        "sessions": {"started": tasks + 2, "accepted": tasks + 1, "cancelled": 1},
+        "throughput": {"output_tokens_per_s": 100.0},
+    }
     return {"key": key, "status": "ok", "run_dir": key, "level": float(level), "summary": summary,
             "params": {"target": target, "concurrency": level}, "server_ready_s": 12.5}
 

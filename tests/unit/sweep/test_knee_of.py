@@ -26,7 +26,9 @@ def test_max_num_seqs_sweep_has_a_knee():
     pts = _points("max_num_seqs", {"concurrency": 256})
     assert knee_axis(pts) == "max_num_seqs"
     knees, first, reason = knees_for(pts)
-    assert len(knees) == 1 and knees[0]["axis"] == "max_num_seqs" and knees[0]["params"] == {"concurrency": 256}
+    assert (
+        len(knees) == 1 and knees[0]["axis"] == "max_num_seqs" and knees[0]["params"] == {"concurrency": 256}
+    )
     assert first["level"] == 32 and first["low"] == 16 and first["high"] == 64 and reason is None
 
 
@@ -44,7 +46,10 @@ def test_server_queue_votes_first_when_measured():
         x = e["params"]["concurrency"]
         e["summary"]["evidence"] = {"server_queue_ms": {"p50": 1.0 if x <= 32 else 1.0 * (x / 32) ** 2}}
     _, first, _ = knees_for(pts)
-    assert first["signals"]["latency"]["metric"] == "queue" and first["signals"]["latency"]["growth_after"] == 2.0
+    assert (
+        first["signals"]["latency"]["metric"] == "queue"
+        and first["signals"]["latency"]["growth_after"] == 2.0
+    )
 
 
 def test_bootstrap_confidence_and_range():
@@ -56,7 +61,9 @@ def test_bootstrap_confidence_and_range():
     for e in pts:
         e["summary"]["requests"]["ok"] = 4  # 50 % noise: the knee wanders
     _, noisy, _ = knees_for(pts)
-    assert noisy["bootstrap"]["share"] < 1.0 and noisy["bootstrap"]["range"][0] < noisy["bootstrap"]["range"][1]
+    assert (
+        noisy["bootstrap"]["share"] < 1.0 and noisy["bootstrap"]["range"][0] < noisy["bootstrap"]["range"][1]
+    )
 
 
 def test_split_advice_names_max_num_seqs_for_both_endpoints():
@@ -68,8 +75,14 @@ def test_split_advice_names_max_num_seqs_for_both_endpoints():
         e["summary"]["metrics"]["ttft_ms"]["p95"] = 100.0 * max(x, 4) / 4
     (sp,) = split_for(pts, {"ttft_ms": 500, "percentile": 95})
     assert sp["interactive"] == 16 and sp["bulk"] == 32  # 400 ms <= 500 < 800 ms; the throughput knee
-    assert sp["interactive_throughput"] == 1600 and sp["bulk_throughput"] == 3200 and sp["throughput_share"] == 0.5
-    assert sp["text"].startswith("interactive endpoint: max_num_seqs 16 (the largest meeting ttft_ms p95 <= 500")
+    assert (
+        sp["interactive_throughput"] == 1600
+        and sp["bulk_throughput"] == 3200
+        and sp["throughput_share"] == 0.5
+    )
+    assert sp["text"].startswith(
+        "interactive endpoint: max_num_seqs 16 (the largest meeting ttft_ms p95 <= 500"
+    )
     assert "bulk endpoint: max_num_seqs 32 (throughput knee, 3,200 tok/s)" in sp["text"]
     assert split_for(_points("concurrency", {}), {"ttft_ms": 500}) == []  # not a max-num-seqs sweep
 
@@ -78,7 +91,17 @@ def test_split_interactive_is_the_largest_meeting_even_when_low_values_queue():
     from servelab.sweep.knee_of import split_for
 
     pts = _points("max_num_seqs", {"concurrency": 16})
-    ttft = {1: 5000.0, 2: 3000.0, 4: 100.0, 8: 200.0, 16: 400.0, 32: 800.0, 64: 1600.0, 128: 3200.0, 256: 6400.0}
+    ttft = {
+        1: 5000.0,
+        2: 3000.0,
+        4: 100.0,
+        8: 200.0,
+        16: 400.0,
+        32: 800.0,
+        64: 1600.0,
+        128: 3200.0,
+        256: 6400.0,
+    }
     for e in pts:  # 1 and 2 sequences queue 16 users: TTFT misses there too
         e["summary"]["metrics"]["ttft_ms"]["p95"] = ttft[e["params"]["max_num_seqs"]]
     (sp,) = split_for(pts, {"ttft_ms": 500, "percentile": 95})

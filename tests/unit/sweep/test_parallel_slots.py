@@ -19,7 +19,15 @@ def test_templates_filled_per_slot_and_serial_is_slot_0():
     c1, s1 = for_slot(cfg, srv, 1, base=base, params={"concurrency": 4})
     assert (c1.target.url, c1.load.concurrency, s1.health_url) == ("http://127.0.0.1:9001/v1", 4,
                                                                    "http://127.0.0.1:9001/health")
-    assert render_command(s1.command, s1.variables) == ["vllm", "serve", "m", "--port", "9001", "--gpus", "2,3"]
+    assert render_command(s1.command, s1.variables) == [
+        "vllm",
+        "serve",
+        "m",
+        "--port",
+        "9001",
+        "--gpus",
+        "2,3",
+    ]
     c0, s0 = for_slot(cfg, srv, None, base=base, params={"concurrency": 4})
     assert c0.target.url == "http://127.0.0.1:9000/v1" and s0.health_url.endswith(":9000/health")
     plain = {"target": {"url": "sim"}}

@@ -21,17 +21,26 @@ def test_lists_ranges_and_sets():
 
 def test_grid_order_puts_load_levels_fastest_and_keys_are_stable():
     pts = expand({"concurrency": [1, 4], "max_num_seqs": [8, 16]})
-    assert [p.params for p in pts] == [{"max_num_seqs": 8, "concurrency": 1}, {"max_num_seqs": 8, "concurrency": 4},
-                                       {"max_num_seqs": 16, "concurrency": 1}, {"max_num_seqs": 16, "concurrency": 4}]
+    assert [p.params for p in pts] == [
+        {"max_num_seqs": 8, "concurrency": 1},
+        {"max_num_seqs": 8, "concurrency": 4},
+        {"max_num_seqs": 16, "concurrency": 1},
+        {"max_num_seqs": 16, "concurrency": 4},
+    ]
     assert pts[1].key == "p001-max_num_seqs=8_concurrency=4" and pts[1].level == 4
 
 
 def test_point_config_routes_each_key():
-    cfg = point_config({"load": {"rate": 3}}, {"concurrency": 8, "workload.input_tokens": 64, "max_num_seqs": 4})
+    cfg = point_config(
+        {"load": {"rate": 3}}, {"concurrency": 8, "workload.input_tokens": 64, "max_num_seqs": 4}
+    )
     assert cfg.load.concurrency == 8 and cfg.load.rate is None
     assert cfg.workload.input_tokens.value == 64
     assert cfg.target.url.endswith(",max_num_seqs=4") and cfg.target.url.startswith("sim:")
-    assert _with_sim_keys("sim:m@1xh100,max_num_seqs=2,tp=1", {"max_num_seqs": 8}) == "sim:m@1xh100,tp=1,max_num_seqs=8"
+    assert (
+        _with_sim_keys("sim:m@1xh100,max_num_seqs=2,tp=1", {"max_num_seqs": 8})
+        == "sim:m@1xh100,tp=1,max_num_seqs=8"
+    )
 
 
 def test_server_template_names_missing_values_clearly():
@@ -43,7 +52,9 @@ def test_server_template_names_missing_values_clearly():
 
 def test_scaling_from_point_manifests(tmp_path):
     points = []
-    for i, (nodes, level, tput) in enumerate([(1, 16, 100.0), (1, 64, 200.0), (2, 16, 150.0), (2, 64, 360.0)]):
+    for i, (nodes, level, tput) in enumerate(
+        [(1, 16, 100.0), (1, 64, 200.0), (2, 16, 150.0), (2, 64, 360.0)]
+    ):
         d = tmp_path / f"p{i}"
         d.mkdir()
         (d / "manifest.json").write_text(json.dumps({"target": {"deployment": {"nodes": nodes}}}))
