@@ -115,9 +115,17 @@ def _drive(pieces: list[bytes], *, stream: bool = True, lose: bool = False, idle
     ("lots", "usage is 'lots'; expected an object"),
 ])
 def test_usage_of_the_wrong_type_makes_the_record_malformed_and_is_never_stored(usage, why):
-    rec, conn = _drive([SSE_HEAD, _chunked(_tok("a"), _tok("b", "stop"), _usage() if False else
-                                           b"data: " + orjson.dumps({"choices": [], "usage": usage}) + b"\n\n",
-                                           DONE)])
+    rec, conn = _drive(
+        [
+            SSE_HEAD,
+            _chunked(
+                _tok("a"),
+                _tok("b", "stop"),
+                _usage() if False else b"data: " + orjson.dumps({"choices": [], "usage": usage}) + b"\n\n",
+                DONE,
+            ),
+        ]
+    )
     assert rec.status == "malformed" and rec.error.startswith(why), rec.error
     for v in (rec.usage_prompt_tokens, rec.usage_completion_tokens, rec.usage_cached_tokens):
         assert v is None or (v.__class__ is int and 0 <= v < 2**63)
@@ -125,7 +133,9 @@ def test_usage_of_the_wrong_type_makes_the_record_malformed_and_is_never_stored(
 
 
 def test_integral_float_usage_is_taken_as_an_int():
-    rec, _ = _drive([SSE_HEAD, _chunked(_tok("a", "stop"), _usage(prompt_tokens=10.0, completion_tokens=1), DONE)])
+    rec, _ = _drive(
+        [SSE_HEAD, _chunked(_tok("a", "stop"), _usage(prompt_tokens=10.0, completion_tokens=1), DONE)]
+    )
     assert rec.status == "ok" and rec.usage_prompt_tokens == 10 and rec.usage_prompt_tokens.__class__ is int
 
 
@@ -136,7 +146,9 @@ def test_usage_in_a_content_chunk_of_the_wrong_type_does_not_break_parsing():
 
 def test_finish_reason_that_is_not_a_string_is_malformed():
     rec, _ = _drive([SSE_HEAD, _chunked(_tok("a", finish={"x": 1}), DONE)])  # type: ignore[arg-type]
-    assert rec.status == "malformed" and "finish_reason is {'x': 1}" in rec.error and rec.finish_reason is None
+    assert (
+        rec.status == "malformed" and "finish_reason is {'x': 1}" in rec.error and rec.finish_reason is None
+    )
 
 
 def test_non_dict_usage_in_a_close_delimited_json_body_is_a_record_not_an_exception():
@@ -197,7 +209,10 @@ def test_interim_1xx_responses_are_skipped(interim):
 
 def test_interim_response_in_the_same_read_as_an_error():
     body = b'{"error":{"message":"no such model"}}'
-    raw = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 404 Not Found\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    raw = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 404 Not Found\r\nContent-Length: %d\r\n\r\n%s" % (
+        len(body),
+        body,
+    )
     rec, _ = _drive([raw], stream=False)
     assert rec.status == "http_error" and rec.http_status == 404 and "no such model" in rec.error
 
@@ -207,7 +222,9 @@ def test_plain_exchange_skips_1xx_and_closes_on_extra_bytes():
         conn = FakeConn()
         ex = PlainExchange(conn)  # type: ignore[arg-type]
         conn.exchange = ex
-        ex.data(b"HTTP/1.1 103 Early Hints\r\nLink: <x>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}junk")
+        ex.data(
+            b"HTTP/1.1 103 Early Hints\r\nLink: <x>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}junk"
+        )
         await ex.fut
         return ex, conn
 
@@ -319,7 +336,8 @@ def test_bom_split_across_reads_is_skipped_by_the_parser():
         stream = b"\xef\xbb\xbfdata: x\n\n"
         evs = p.feed(stream[:cut]) + p.feed(stream[cut:])
         assert [e.data for e in evs] == [b"x"], cut
-    assert [e.data for e in SSEParser().feed(b"data: \xef\xbb\xbfx\n\n")] == [b"\xef\xbb\xbfx"]  # mid-stream: kept
+    # mid-stream: kept
+    assert [e.data for e in SSEParser().feed(b"data: \xef\xbb\xbfx\n\n")] == [b"\xef\xbb\xbfx"]
 
 
 def test_server_error_text_loses_terminal_escapes_and_control_characters():

@@ -49,7 +49,9 @@ SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Enco
 USAGE = b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}\n\n'
 
 
-def _drive(raw_pieces: list[bytes], *, stream: bool = True, lose: bool = False) -> tuple[RequestRecord, FakeConn]:
+def _drive(
+    raw_pieces: list[bytes], *, stream: bool = True, lose: bool = False
+) -> tuple[RequestRecord, FakeConn]:
     """Feed pieces at t = 1 ms, 2 ms, ... of virtual time; optionally lose the connection after."""
     clock = VirtualClock()
 
@@ -115,7 +117,10 @@ def test_invalid_http_is_malformed_and_closes():
 def test_streamed_request_answered_with_json_is_read_whole():
     body = orjson.dumps({"choices": [{"message": {"content": "hey"}, "finish_reason": "stop"}],
                          "usage": {"prompt_tokens": 1, "completion_tokens": 1}})
-    raw = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    raw = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
+        len(body),
+        body,
+    )
     rec, _ = _drive([raw[:50], raw[50:]])
     assert rec.status == "ok" and rec.output_text == "hey"
     assert rec.first_token_ns == rec.end_ns == 2 * MS
@@ -220,7 +225,9 @@ def test_a_token_queued_before_the_deadline_is_not_a_timeout():
 def test_learned_layout_gives_the_same_text_as_whole_parsing():
     texts = ["He", 'said "hi"', "\\", "\u00e9\u2713", "\U0001f600", "a\nb", ' "x":"y', "end"]
     events = [_tok(x) for x in texts[:4]]
-    events.append(b'data: {"choices":[{"index":0,"delta":{"content":"mid"},"extra":1,"finish_reason":null}]}\n\n')
+    events.append(
+        b'data: {"choices":[{"index":0,"delta":{"content":"mid"},"extra":1,"finish_reason":null}]}\n\n'
+    )
     events += [_tok(x) for x in texts[4:-1]]
     events.append(_tok(texts[-1], "stop"))
     rec, _ = _drive([SSE_HEAD, _chunked(*events, USAGE, b"data: [DONE]\n\n")])

@@ -69,7 +69,10 @@ def test_request_head():
     head = request_head("POST", "/v1/completions", b"Host: h\r\n", 12)
     assert head == (b"POST /v1/completions HTTP/1.1\r\nHost: h\r\nContent-Type: application/json\r\n"
                     b"Content-Length: 12\r\n\r\n")
-    assert request_head("GET", "/v1/models", b"Host: h\r\n", None) == b"GET /v1/models HTTP/1.1\r\nHost: h\r\n\r\n"
+    assert (
+        request_head("GET", "/v1/models", b"Host: h\r\n", None)
+        == b"GET /v1/models HTTP/1.1\r\nHost: h\r\n\r\n"
+    )
 
 
 def test_chat_body_streamed_with_extras():

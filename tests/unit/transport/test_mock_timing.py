@@ -37,7 +37,9 @@ def _send(reply: mock.Reply, *, stream: bool = True, start_s: float = 0.0, **kw)
 
 def test_latency_minus_ttft_is_the_sum_of_the_scripted_gaps():
     # TTFT 50 ms, then gaps of 10, 20 and 15 ms: tokens at 50, 60, 80 and 95 ms after a send at t = 1 s.
-    rec = _send(mock.chat_stream(["a", "b", "c", "d"], ttft_s=0.05, gap_s=[0, 0.01, 0.02, 0.015]), start_s=1.0)
+    rec = _send(
+        mock.chat_stream(["a", "b", "c", "d"], ttft_s=0.05, gap_s=[0, 0.01, 0.02, 0.015]), start_s=1.0
+    )
     assert rec.status == OK, rec.error
     t0 = 1000 * MS
     assert rec.sent_ns == t0
@@ -51,7 +53,9 @@ def test_latency_minus_ttft_is_the_sum_of_the_scripted_gaps():
 
 def test_a_trailing_usage_chunk_does_not_extend_latency():
     usage = mock.usage_block(11, 4, cached=3)
-    rec = _send(mock.chat_stream(["a", "b", "c", "d"], ttft_s=0.02, gap_s=0.005, usage=usage, usage_delay_s=0.2))
+    rec = _send(
+        mock.chat_stream(["a", "b", "c", "d"], ttft_s=0.02, gap_s=0.005, usage=usage, usage_delay_s=0.2)
+    )
     assert rec.status == OK, rec.error
     assert rec.last_token_ns == (20 + 3 * 5) * MS  # the last token, not the usage chunk
     assert rec.end_ns == (35 + 200) * MS  # the usage chunk and [DONE] end the response 200 ms later
@@ -71,16 +75,36 @@ def test_a_non_streamed_answer_has_every_time_at_its_arrival():
     assert rec.est_completion_tokens == 2 and rec.output_text == "hello world"
 
 
-@pytest.mark.parametrize("reply, status, http_status, end_ms, words", [
-    (mock.error(503, "overloaded", delay_s=0.04), HTTP_ERROR, 503, 40, "overloaded"),
-    (mock.reset(delay_s=0.03), DISCONNECTED, None, 30, "before the response"),
-    (mock.reset(mock.chat_stream(["a", "b"], ttft_s=0.01, gap_s=0.01, done=False, finish=None)), DISCONNECTED,
-     200, 20, "mid-response"),
-    (mock.sse([(0.01, b"{not json")]), MALFORMED, 200, 10, "unparseable"),
-    (mock.sse([(0.01, {"error": {"message": "out of KV cache"}})]), HTTP_ERROR, 200, 10, "out of KV cache"),
-    (mock.chat_stream([], usage=mock.usage_block(3, 0), usage_delay_s=0.01), MALFORMED, 200, 10, "zero tokens"),
-    (mock.hang(), TIMEOUT, None, 250, "first-token timeout"),
-])
+@pytest.mark.parametrize(
+    "reply, status, http_status, end_ms, words",
+    [
+        (mock.error(503, "overloaded", delay_s=0.04), HTTP_ERROR, 503, 40, "overloaded"),
+        (mock.reset(delay_s=0.03), DISCONNECTED, None, 30, "before the response"),
+        (
+            mock.reset(mock.chat_stream(["a", "b"], ttft_s=0.01, gap_s=0.01, done=False, finish=None)),
+            DISCONNECTED,
+            200,
+            20,
+            "mid-response",
+        ),
+        (mock.sse([(0.01, b"{not json")]), MALFORMED, 200, 10, "unparseable"),
+        (
+            mock.sse([(0.01, {"error": {"message": "out of KV cache"}})]),
+            HTTP_ERROR,
+            200,
+            10,
+            "out of KV cache",
+        ),
+        (
+            mock.chat_stream([], usage=mock.usage_block(3, 0), usage_delay_s=0.01),
+            MALFORMED,
+            200,
+            10,
+            "zero tokens",
+        ),
+        (mock.hang(), TIMEOUT, None, 250, "first-token timeout"),
+    ],
+)
 def test_each_failure_is_a_record_with_its_status_and_time(reply, status, http_status, end_ms, words):
     rec = _send(reply, first_token_s=0.25)
     assert (rec.status, rec.http_status) == (status, http_status)

@@ -7,9 +7,13 @@ from servelab.transport._toolcalls import add_tool_deltas, tool_call_list
 
 def test_pieces_by_index_join_into_whole_calls_in_index_order():
     acc: dict = {}
-    add_tool_deltas(acc, [{"index": 1, "id": "b", "type": "function", "function": {"name": "read", "arguments": ""}}])
+    add_tool_deltas(
+        acc, [{"index": 1, "id": "b", "type": "function", "function": {"name": "read", "arguments": ""}}]
+    )
     add_tool_deltas(acc, [{"index": 0, "id": "a", "function": {"name": "search", "arguments": '{"q":'}}])
-    add_tool_deltas(acc, [{"index": 0, "function": {"arguments": ' "x"}'}}, {"index": 1, "function": {"arguments": "{}"}}])
+    add_tool_deltas(
+        acc, [{"index": 0, "function": {"arguments": ' "x"}'}}, {"index": 1, "function": {"arguments": "{}"}}]
+    )
     assert tool_call_list(acc) == [
         {"id": "a", "type": "function", "function": {"name": "search", "arguments": '{"q": "x"}'}},
         {"id": "b", "type": "function", "function": {"name": "read", "arguments": "{}"}},
