@@ -54,7 +54,9 @@ def test_actions_fix_one_draw_per_attempt_and_corrections_only_after_failures():
     plans = [build_plan(spec(), i) for i in range(50)]
     actions = [s for p in plans for s in p.steps if isinstance(s, Action)]
     assert all(len(a.failures) == 3 and len(a.durations_s) == 3 for a in actions)
-    assert all(c == (33 if f else 0) for a in actions for f, c in zip(a.failures, a.correction_tokens, strict=True))
+    assert all(
+        c == (33 if f else 0) for a in actions for f, c in zip(a.failures, a.correction_tokens, strict=True)
+    )
     rate = sum(f for a in actions for f in a.failures) / sum(len(a.failures) for a in actions)
     assert 0.2 < rate < 0.4  # failure_prob 0.3 over several hundred draws
 
@@ -114,7 +116,9 @@ def test_shipped_profiles_load_and_describe_themselves():
 
 def test_profile_by_path_and_unknown_name(tmp_path):
     f = tmp_path / "mine.yaml"
-    f.write_text("name: mine\ndescription: one turn\nsession:\n  steps:\n    - {kind: model, output_tokens: 8}\n")
+    f.write_text(
+        "name: mine\ndescription: one turn\nsession:\n  steps:\n    - {kind: model, output_tokens: 8}\n"
+    )
     assert load_profile(f).session.steps[0].output_tokens.value == 8
     with pytest.raises(ConfigError, match="unknown profile 'nope'.*") as e:
         load_profile("nope")

@@ -9,13 +9,24 @@ TOOL = {"type": "function", "function": {"name": "search", "parameters": {"type"
 
 
 def _spec(**extra) -> SessionConfig:
-    return SessionConfig.model_validate({
-        "steps": [{"kind": "model"}], "policy": {"retry": {"max_retries": 2}},
-        "live": {"tools": [TOOL], "tool_results": {"search": {
-            "duration_s": {"kind": "uniform", "low": 1, "high": 2}, "failure_prob": 0.5, "result_tokens": 50}},
-            "default_tool": {"duration_s": 0.25, "result_tokens": 7, "timeout_s": 3}},
-        **extra,
-    })
+    return SessionConfig.model_validate(
+        {
+            "steps": [{"kind": "model"}],
+            "policy": {"retry": {"max_retries": 2}},
+            "live": {
+                "tools": [TOOL],
+                "tool_results": {
+                    "search": {
+                        "duration_s": {"kind": "uniform", "low": 1, "high": 2},
+                        "failure_prob": 0.5,
+                        "result_tokens": 50,
+                    }
+                },
+                "default_tool": {"duration_s": 0.25, "result_tokens": 7, "timeout_s": 3},
+            },
+            **extra,
+        }
+    )
 
 
 def test_tool_draws_repeat_per_session_and_differ_across_sessions():
@@ -33,7 +44,12 @@ def test_tool_draws_repeat_per_session_and_differ_across_sessions():
 def test_an_unlisted_tool_runs_as_the_default_and_live_sends_no_ignore_eos():
     p = build_plan(_spec(), 0)
     x = p.live.action("other")
-    assert x.durations_s == (0.25, 0.25, 0.25) and x.result_tokens == 7 and x.timeout_s == 3 and x.name == "other"
+    assert (
+        x.durations_s == (0.25, 0.25, 0.25)
+        and x.result_tokens == 7
+        and x.timeout_s == 3
+        and x.name == "other"
+    )
     assert p.ignore_eos is False and p.live.tools == [TOOL] and not p.live.real
     assert build_plan(_spec(ignore_eos=True), 0).ignore_eos is True
     scripted = SessionConfig.model_validate({"steps": [{"kind": "model"}]})

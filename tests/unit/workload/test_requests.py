@@ -13,8 +13,13 @@ async def sim_count(text: str) -> int:
 
 
 def _config(**workload) -> RunConfig:
-    return RunConfig.model_validate({"seed": workload.pop("seed", 0), "target": {"api": workload.pop("api", "chat")},
-                                     "workload": workload})
+    return RunConfig.model_validate(
+        {
+            "seed": workload.pop("seed", 0),
+            "target": {"api": workload.pop("api", "chat")},
+            "workload": workload,
+        }
+    )
 
 
 async def _plans(cfg: RunConfig, n: int):
@@ -45,8 +50,12 @@ async def test_without_shared_prefix_prompts_differ_from_the_start():
 
 
 async def test_same_seed_same_requests_and_index_addressable():
-    cfg = _config(seed=11, input_tokens={"kind": "lognormal", "median": 200, "sigma": 0.6, "max": 1000},
-                  output_tokens={"kind": "uniform", "low": 5, "high": 400}, shared_prefix={"tokens": 32, "groups": 2})
+    cfg = _config(
+        seed=11,
+        input_tokens={"kind": "lognormal", "median": 200, "sigma": 0.6, "max": 1000},
+        output_tokens={"kind": "uniform", "low": 5, "high": 400},
+        shared_prefix={"tokens": 32, "groups": 2},
+    )
     a, b = await _plans(cfg, 3000), await _plans(cfg, 3000)
     assert list(a[:50]) == list(b[:50])
     assert a[2500] == b[2500] == list(b)[2500]  # random access equals sequential production

@@ -63,7 +63,9 @@ def test_bounds_are_respected_scalar_and_vector():
 def test_fixed_and_degenerate_kinds():
     assert make_sampler(Fixed(value=7), _rng()).sample_n(3).tolist() == [7.0, 7.0, 7.0]
     assert make_sampler(Uniform(low=4, high=4), _rng()).sample() == 4.0
-    assert make_sampler(LogNormal(median=30, sigma=0), _rng()).sample_n(4).tolist() == pytest.approx([30.0] * 4)
+    assert make_sampler(LogNormal(median=30, sigma=0), _rng()).sample_n(4).tolist() == pytest.approx(
+        [30.0] * 4
+    )
     assert make_sampler(Normal(mean=3, std=0, min=5), _rng()).mean() == 5.0
 
 

@@ -88,7 +88,9 @@ def test_mooncake_rows() -> None:
 )
 def test_mooncake_malformed(tmp_path: Path, line2: str, needle: str) -> None:
     f = tmp_path / "m.jsonl"
-    f.write_text('{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [0]}\n\n' + line2 + "\n")
+    f.write_text(
+        '{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [0]}\n\n' + line2 + "\n"
+    )
     with pytest.raises(TraceError) as ei:
         load_trace(f, "mooncake")
     assert f"{f}:3" in str(ei.value) and needle in str(ei.value)
@@ -173,7 +175,10 @@ def test_mt_bench_two_turn_sessions_with_real_text() -> None:
     assert [r.input_tokens for r in s.requests] == [len(t.split()) for t in lines[0]["turns"]]
     assert s.requests[0].input_tokens == 18 and s.requests[1].turn == 1
     assert all(r.output_tokens == 1024 and r.t_offset_ns == 0 for r in tr.requests)
-    assert load_trace(DATA / "mt_bench_slice.jsonl", "mt_bench", output_tokens=64).requests[0].output_tokens == 64
+    assert (
+        load_trace(DATA / "mt_bench_slice.jsonl", "mt_bench", output_tokens=64).requests[0].output_tokens
+        == 64
+    )
 
 
 def test_mt_bench_malformed(tmp_path: Path) -> None:

@@ -45,8 +45,10 @@ def test_prefix_reuse_is_chained_and_counts_partial_blocks() -> None:
     b = 4
     reqs = [
         TraceRequest(0, 12, 1, hash_ids=[1, 2, 3], block_tokens=b),   # all new
-        TraceRequest(1, 10, 1, hash_ids=[1, 2, 9], block_tokens=b),   # 1,2 reused (8 tokens); 9 new (2 tokens)
-        TraceRequest(2, 8, 1, hash_ids=[7, 2], block_tokens=b),       # 2 after 7: a different prefix, not reused
+        # 1,2 reused (8 tokens); 9 new (2 tokens)
+        TraceRequest(1, 10, 1, hash_ids=[1, 2, 9], block_tokens=b),
+        # 2 after 7: a different prefix, not reused
+        TraceRequest(2, 8, 1, hash_ids=[7, 2], block_tokens=b),
         TraceRequest(3, 6, 1, hash_ids=[1, 2, 9], block_tokens=b),    # 4 + last block cut to 2 tokens: 6
         TraceRequest(4, 5, 1),                                        # no hashes: counts in the denominator
     ]
@@ -105,7 +107,9 @@ def test_claude_code_slice_stats() -> None:
 def test_full_traces_match_their_readme() -> None:
     az = trace_stats(load_trace(SHARED / "azure_llm_2023/AzureLLMInferenceTrace_conv.csv", "azure"))
     assert az["requests"] == 19366
-    assert az["rate_rps"] == pytest.approx(5.5, abs=0.05) and az["interarrival_cv"] == pytest.approx(1.09, abs=0.01)
+    assert az["rate_rps"] == pytest.approx(5.5, abs=0.05) and az["interarrival_cv"] == pytest.approx(
+        1.09, abs=0.01
+    )
     assert az["input_tokens"]["p50"] == 1020 and az["output_tokens"]["p99"] == pytest.approx(601, abs=1)
     mc = trace_stats(load_trace(SHARED / "mooncake_fast25/synthetic_trace.jsonl", "mooncake"))
     assert mc["requests"] == 3993 and mc["prefix_reuse"] == pytest.approx(0.65, abs=0.01)
@@ -132,7 +136,9 @@ def test_interarrival_gaps_sorts() -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.lists(st.integers(0, 3), max_size=6), st.integers(0, 30)), min_size=1, max_size=12))
+@given(
+    st.lists(st.tuples(st.lists(st.integers(0, 3), max_size=6), st.integers(0, 30)), min_size=1, max_size=12)
+)
 def test_prefix_reuse_equals_brute_force_property(rows: list[tuple[list[int], int]]) -> None:
     reqs = [TraceRequest(i, n, 1, hash_ids=ids, block_tokens=4) for i, (ids, n) in enumerate(rows)]
     reusable, total = _brute_force_reuse(reqs, 4)

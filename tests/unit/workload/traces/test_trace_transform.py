@@ -11,7 +11,9 @@ S = 1_000_000_000
 
 
 def _flat(times_s: list[float]) -> object:
-    return build_trace([TraceRequest(round(t * S), 100 + i, 10) for i, t in enumerate(times_s)], format="jsonl")
+    return build_trace(
+        [TraceRequest(round(t * S), 100 + i, 10) for i, t in enumerate(times_s)], format="jsonl"
+    )
 
 
 def _sessions() -> object:
@@ -37,7 +39,8 @@ def test_window_rebases_offsets() -> None:
 
 def test_window_keeps_sessions_whole_with_subagents() -> None:
     tr = _sessions()
-    w = select(tr, start_s=0, duration_s=2)  # only session a starts in [0, 2): its later turn and sub-agent stay
+    # only session a starts in [0, 2): its later turn and sub-agent stay
+    w = select(tr, start_s=0, duration_s=2)
     assert sorted(r.session_id for r in w.requests) == ["a", "a", "a/sub"]
     assert w.sessions["a/sub"].label == "Explore" and w.sessions["a/sub"].parent_session_id == "a"
     w2 = select(tr, start_s=2, duration_s=10)
@@ -49,7 +52,9 @@ def test_sample_is_seeded_and_keeps_times() -> None:
     tr = _flat([float(i) for i in range(20)])
     a = select(tr, sample=0.25, seed=1)
     assert len(a) == 5
-    assert [r.t_offset_ns for r in a.requests] == [r.t_offset_ns for r in select(tr, sample=0.25, seed=1).requests]
+    assert [r.t_offset_ns for r in a.requests] == [
+        r.t_offset_ns for r in select(tr, sample=0.25, seed=1).requests
+    ]
     assert all(r.t_offset_ns == (r.input_tokens - 100) * S for r in a.requests)  # times not moved
     seeds = {tuple(r.input_tokens for r in select(tr, sample=0.25, seed=s).requests) for s in range(5)}
     assert len(seeds) > 1
