@@ -34,7 +34,10 @@ def test_slowdown_not_a_number_names_the_key():
 def test_dp_attention_runs_dense_ffn_without_a_cross_node_all_reduce():
     # DeepSeek-V3's first three layers are dense. Data-parallel over 128 GPUs they need no all-reduce; sharded
     # over the 16-node group each would all-reduce the whole batch over the NICs.
-    spec = "sim:deepseek-v3@16x8xh800,dtype=fp8,ep=128,overlap=true,max_num_seqs=16384,max_num_batched_tokens=16384"
+    spec = (
+        "sim:deepseek-v3@16x8xh800,dtype=fp8,ep=128,overlap=true,max_num_seqs=16384,"
+        "max_num_batched_tokens=16384"
+    )
     dp = CostModel(parse_sim_target(spec + ",dp_attention=true,max_model_len=8192"))
     c, m, comm, _, _ = dp._layer(8192.0, 8192 * 4096.0, 8192.0, 0.0, 0.0, 0.0, moe=False, sliding=False)
     assert comm == 0.0 and c + m > 0
