@@ -19,8 +19,21 @@ def test_catalog_shapes_reproduce_published_parameter_totals(name):
 
 def test_every_hardware_entry_has_a_source_and_family():
     cat = default_catalog()
-    assert {"h100", "h200", "h800", "b200", "gb200", "mi300x", "mi325x", "mi355x", "mi455x", "tpu-v5e", "tpu-v5p",
-            "tpu-v6e", "tpu7x"} <= set(cat.hardware)
+    assert {
+        "h100",
+        "h200",
+        "h800",
+        "b200",
+        "gb200",
+        "mi300x",
+        "mi325x",
+        "mi355x",
+        "mi455x",
+        "tpu-v5e",
+        "tpu-v5p",
+        "tpu-v6e",
+        "tpu7x",
+    } <= set(cat.hardware)
     for hw in cat.hardware.values():
         assert hw.source and hw.family in cat.families
 
@@ -58,7 +71,9 @@ def test_parallel_sizes_must_multiply_to_the_gpu_count():
 def test_target_forms():
     d = parse_sim_target("sim")
     assert d.model.name == "sim-tiny" and d.world == 1
-    d = parse_sim_target("SIM:DeepSeek-V3@8xH200,dtype=fp8,ep=8,dp_attention=true,max_num_seqs=256,prefix_caching=on")
+    d = parse_sim_target(
+        "SIM:DeepSeek-V3@8xH200,dtype=fp8,ep=8,dp_attention=true,max_num_seqs=256,prefix_caching=on"
+    )
     assert (d.tp, d.ep, d.dp_attention, d.max_num_seqs, d.prefix_caching) == (8, 8, True, 256, True)
     d = parse_sim_target("sim:llama-3.1-70b@2x8xh100,tp=8,pp=2")
     assert (d.nodes, d.gpus_per_node, d.tp, d.pp) == (2, 8, 8, 2)

@@ -39,7 +39,9 @@ def test_fp8_checkpoints_keep_a_bf16_kv_cache_unless_asked():
 
 
 def test_limits_are_per_attention_rank_under_dp_attention():
-    d = parse_sim_target("sim:deepseek-v3@8xh200,dtype=fp8,ep=8,dp_attention=true,engine=sglang,max_num_seqs=256")
+    d = parse_sim_target(
+        "sim:deepseek-v3@8xh200,dtype=fp8,ep=8,dp_attention=true,engine=sglang,max_num_seqs=256"
+    )
     assert d.max_num_seqs == 256 and d.sched_max_seqs == 8 * 256
     assert d.sched_max_tokens == 8 * 8192
     plain = parse_sim_target("sim:llama-3.1-70b@8xh100,engine=sglang")

@@ -79,7 +79,9 @@ def test_promtext_families_and_histogram_series():
     h.observe(0.5)
     p.histogram("h_seconds", "a histogram", h)
     text = p.text()
-    assert "# TYPE g gauge" in text and "# TYPE c_total counter" in text and "# TYPE h_seconds histogram" in text
+    assert (
+        "# TYPE g gauge" in text and "# TYPE c_total counter" in text and "# TYPE h_seconds histogram" in text
+    )
     s = parse(text)
     assert s[("g", '{model_name="m"}')] == 1.5
     assert s[("c_total", '{reason="stop",model_name="m"}')] == 2
@@ -125,11 +127,22 @@ def test_request_metrics_observe_ttft_itl_queue_e2e():
 def test_render_metrics_uses_vllm_names_and_engine_figures():
     m = RequestMetrics()
     m.observe(_finished(0, 10_000_000, [10_000_000, 20_000_000], queue_ns=0))
-    stats = {"running": 3, "waiting": 2, "kv_usage": 0.5, "preemptions_total": 1,
-             "prefix_cache_queries_tokens": 100, "prefix_cache_hits_tokens": 40, "prompt_tokens_total": 100,
-             "generation_tokens_total": 2, "step_compute_seconds_total": 1.0, "step_memory_seconds_total": 2.0,
-             "step_comm_seconds_total": 0.5, "expert_imbalance": 1.3, "all_to_all_bytes_total": 1e9,
-             "steps_total": 10}
+    stats = {
+        "running": 3,
+        "waiting": 2,
+        "kv_usage": 0.5,
+        "preemptions_total": 1,
+        "prefix_cache_queries_tokens": 100,
+        "prefix_cache_hits_tokens": 40,
+        "prompt_tokens_total": 100,
+        "generation_tokens_total": 2,
+        "step_compute_seconds_total": 1.0,
+        "step_memory_seconds_total": 2.0,
+        "step_comm_seconds_total": 0.5,
+        "expert_imbalance": 1.3,
+        "all_to_all_bytes_total": 1e9,
+        "steps_total": 10,
+    }
     s = parse(render_metrics(stats, m, "llama"))
     lab = '{model_name="llama",engine="0"}'
     assert s[("vllm:num_requests_running", lab)] == 3
@@ -146,7 +159,9 @@ def test_render_metrics_uses_vllm_names_and_engine_figures():
               "request_queue_time_seconds", "e2e_request_latency_seconds"):
         assert s[(f"vllm:{h}_count", lab)] == 1, h
     assert s[("servelab_sim_step_seconds_total", '{part="memory",model_name="llama",engine="0"}')] == 2.0
-    assert s[("servelab_sim_step_seconds_total", '{part="communication",model_name="llama",engine="0"}')] == 0.5
+    assert (
+        s[("servelab_sim_step_seconds_total", '{part="communication",model_name="llama",engine="0"}')] == 0.5
+    )
     assert s[("servelab_sim_steps_total", lab)] == 10
     assert s[("servelab_sim_expert_imbalance", lab)] == 1.3
     assert s[("servelab_sim_all_to_all_bytes_total", lab)] == 1e9

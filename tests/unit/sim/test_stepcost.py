@@ -33,10 +33,14 @@ def test_engine_cpu_time_adds_when_synchronous_and_hides_when_async():
     sync = EngineStep(parse_sim_target("sim:llama-3.1-8b@1xh100,jitter=0"), backend=_Fixed(0.010))
     assert sync.step(100, 1000).time_s == pytest.approx(0.010 + 125e-6 + 100e-6)
     assert sync.step(100, 1000).cpu_s == pytest.approx(225e-6)
-    asy = EngineStep(parse_sim_target("sim:llama-3.1-8b@1xh100,jitter=0,async_scheduling=on"), backend=_Fixed(0.010))
+    asy = EngineStep(
+        parse_sim_target("sim:llama-3.1-8b@1xh100,jitter=0,async_scheduling=on"), backend=_Fixed(0.010)
+    )
     assert asy.step(100, 1000).time_s == pytest.approx(0.010) and asy.step(100, 1000).cpu_s == 0.0
     # A GPU step shorter than the CPU's: the CPU sets the pace even when overlapped.
-    short = EngineStep(parse_sim_target("sim:llama-3.1-8b@1xh100,jitter=0,engine=sglang"), backend=_Fixed(50e-6))
+    short = EngineStep(
+        parse_sim_target("sim:llama-3.1-8b@1xh100,jitter=0,engine=sglang"), backend=_Fixed(50e-6)
+    )
     assert short.step(10, 100).time_s == pytest.approx(100e-6 + 10 * 0.8e-6)
 
 
@@ -88,7 +92,9 @@ def test_imbalance_stalls_the_moe_step_and_eplb_recovers_part_of_it():
 
 def test_low_latency_all_to_all_matches_deepep_at_its_measured_point():
     # H800 + 400 Gb/s NICs, EP128, hidden 7168, top-8, 128 tokens per GPU: DeepEP measured 192 + 369 us.
-    cm = RooflineCost(parse_sim_target("sim:deepseek-v3@16x8xh800,dtype=fp8,ep=128,dp_attention=true,expert_skew=0"))
+    cm = RooflineCost(
+        parse_sim_target("sim:deepseek-v3@16x8xh800,dtype=fp8,ep=128,dp_attention=true,expert_skew=0")
+    )
     t, _ = cm._all_to_all(128 * 128, 1.0, low_latency=True)
     assert t == pytest.approx(LL_A2A_US[128] * 1e-6, rel=0.01)
     # a third of it is fixed: one token per GPU still costs ~0.35 of the measured time
@@ -107,7 +113,9 @@ def test_fp4_experts_on_hopper_run_at_the_engines_precision():
     assert vllm.eb == trt.eb < 0.6  # the weights stay 4-bit either way
 
 
-@pytest.mark.skipif(not silicon.installed(), reason="the silicon extra (aiconfigurator-core) is not installed")
+@pytest.mark.skipif(
+    not silicon.installed(), reason="the silicon extra (aiconfigurator-core) is not installed"
+)
 def test_silicon_backend_prices_covered_deployments_from_measured_kernels():
     dep = parse_sim_target("sim:llama-3.1-8b@1xh100,dtype=fp8,engine=trtllm")
     cost = make_step_cost(dep)
