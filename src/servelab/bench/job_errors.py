@@ -10,14 +10,14 @@ from collections.abc import Callable
 
 from servelab.clock import Clock
 from servelab.load.runner import JobErrorHandler
-from servelab.records.schema import CLIENT_ERROR, RequestRecord
+from servelab.records.schema import RequestRecord
+from servelab.transport.base import client_error_record
 
 
 def record_job_errors(clock: Clock, write: Callable[[RequestRecord], None]) -> JobErrorHandler:
     """A handler for :class:`servelab.load.runner.Runner` that writes one failed record per failed job."""
 
     def on_error(index: int, intended_ns: int, warmup: bool, exc: BaseException) -> None:
-        write(RequestRecord(request_id=index, warmup=warmup, status=CLIENT_ERROR, intended_ns=intended_ns,
-                            end_ns=clock.now(), error=f"client error: {type(exc).__name__}: {exc}"[:500]))
+        write(client_error_record(index, intended_ns, warmup, clock.now(), exc))
 
     return on_error

@@ -39,9 +39,9 @@ from servelab.config.models import RunConfig
 from servelab.errors import ServelabError
 from servelab.load.runner import RunOutcome, RunPlan
 from servelab.load.session import RequestIds, run_session
-from servelab.records.schema import CLIENT_ERROR, RequestRecord, SessionRecord
+from servelab.records.schema import RequestRecord, SessionRecord
 from servelab.records.sink import RecordSink
-from servelab.transport.base import Transport
+from servelab.transport.base import Transport, client_error_record
 from servelab.transport.probe import TargetProbe
 from servelab.workload.agent import build_plan, synth_text_source
 from servelab.workload.profiles import load_profile
@@ -181,9 +181,8 @@ async def mix_work(cfg: RunConfig, transport: Transport, clock: Clock, sink: Rec
         except (ServelabError, asyncio.CancelledError):
             raise
         except Exception as exc:  # noqa: BLE001 - recorded as a failed request; the user goes on
-            on_record(RequestRecord(request_id=ids.next(), session_id=plan.session_id, warmup=warm,
-                                    status=CLIENT_ERROR, intended_ns=intended_ns, end_ns=clock.now(),
-                                    error=f"client error: {type(exc).__name__}: {exc}"[:500]))
+            on_record(client_error_record(ids.next(), intended_ns, warm, clock.now(), exc,
+                                          session_id=plan.session_id))
 
     async def closed_user(c: _Class) -> None:
         while True:

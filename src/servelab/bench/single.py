@@ -6,9 +6,9 @@ import asyncio
 
 from servelab.config.models import RunConfig
 from servelab.load.runner import Job
-from servelab.records.schema import CANCELLED, RequestRecord
+from servelab.records.schema import CANCELLED
 from servelab.records.sink import RecordSink
-from servelab.transport.base import ModelRequest, Transport
+from servelab.transport.base import ModelRequest, Transport, ended_record
 
 
 def single_turn_job(cfg: RunConfig, plans: object, transport: Transport, sink: RecordSink) -> Job:
@@ -34,16 +34,7 @@ def single_turn_job(cfg: RunConfig, plans: object, transport: Transport, sink: R
         try:
             rec = await transport.send(req)
         except asyncio.CancelledError:
-            sink.request(
-                RequestRecord(
-                    request_id=index,
-                    warmup=warmup,
-                    status=CANCELLED,
-                    intended_ns=intended_ns,
-                    est_prompt_tokens=p.est_prompt_tokens,
-                    requested_output_tokens=p.max_tokens,
-                )
-            )
+            sink.request(ended_record(req, CANCELLED))
             raise
         rec.output_text = ""  # single-turn runs never read the text again: do not hold it for the run
         sink.request(rec)

@@ -19,7 +19,7 @@ from servelab.clock import NS_PER_S, Clock
 from servelab.load.session import RequestIds
 from servelab.records.schema import CANCELLED, OK, RequestRecord, SessionRecord
 from servelab.records.sink import RecordSink
-from servelab.transport.base import ModelRequest, Transport
+from servelab.transport.base import ModelRequest, Transport, ended_record
 from servelab.workload.traces import TraceRequest, TraceSession, request_prompt
 from servelab.workload.traces.units import Unit
 
@@ -88,10 +88,7 @@ class ReplayPlayer:
         try:
             rec = await self.tr.send(req)
         except asyncio.CancelledError:
-            self.sink.request(RequestRecord(
-                request_id=req.request_id, session_id=req.session_id, turn=req.turn, warmup=req.warmup,
-                status=CANCELLED, intended_ns=req.intended_ns, end_ns=self.clock.now(),
-                est_prompt_tokens=req.est_prompt_tokens, requested_output_tokens=req.max_tokens))
+            self.sink.request(ended_record(req, CANCELLED, end_ns=self.clock.now()))
             raise
         self.sink.request(rec)
         return rec

@@ -26,7 +26,7 @@ from typing import Any
 from servelab.clock import NS_PER_S, Clock
 from servelab.errors import ConfigError
 from servelab.records.schema import CANCELLED, OK, TIMEOUT, RequestRecord, SessionRecord
-from servelab.transport.base import ModelRequest, Transport
+from servelab.transport.base import ModelRequest, Transport, ended_record
 from servelab.workload.agent import Action, ModelTurn, SessionPlan, TextSource, Think
 
 S_OK, S_FAILED, S_TIMED_OUT = "ok", "failed", "timed_out"
@@ -286,30 +286,12 @@ class _Session:
 
     def _timeout_record(self, req: ModelRequest, t0: int, limit: float, by_deadline: bool) -> RequestRecord:
         why = "session deadline" if by_deadline else "step timeout"
-        return RequestRecord(
-            request_id=req.request_id, session_id=req.session_id, turn=req.turn, attempt=req.attempt,
-            warmup=req.warmup, status=TIMEOUT, error=f"{why} after {limit:.3f}s", intended_ns=req.intended_ns,
-            sent_ns=t0, end_ns=self.clock.now(), est_prompt_tokens=req.est_prompt_tokens,
-            requested_output_tokens=req.max_tokens,
-        )
+        return ended_record(req, TIMEOUT, end_ns=self.clock.now(), error=f"{why} after {limit:.3f}s",
+                            sent_ns=t0)
 
     def _cancelled_record(self, req: ModelRequest) -> None:
         self.rec.requests += 1
-        self.emit(
-            RequestRecord(
-                request_id=req.request_id,
-                session_id=req.session_id,
-                turn=req.turn,
-                attempt=req.attempt,
-                warmup=req.warmup,
-                status=CANCELLED,
-                error="session cancelled",
-                intended_ns=req.intended_ns,
-                end_ns=self.clock.now(),
-                est_prompt_tokens=req.est_prompt_tokens,
-                requested_output_tokens=req.max_tokens,
-            )
-        )
+        self.emit(ended_record(req, CANCELLED, end_ns=self.clock.now(), error="session cancelled"))
 
     async def _live(self, step: ModelTurn) -> RequestRecord:
         """One model step in live mode: ask, run the tool calls, ask again, until a plain answer."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from servelab.records.schema import RequestRecord
+from servelab.records.schema import CLIENT_ERROR, RequestRecord
 
 
 @dataclass(slots=True)
@@ -42,12 +42,30 @@ class ModelRequest:
 
 
 def new_record(req: ModelRequest) -> RequestRecord:
-    """The record of one attempt at ``req``, before it is sent: the one place transports start a record."""
+    """The record of one attempt at ``req``, before it is sent: the one place records of a request start."""
     return RequestRecord(
         request_id=req.request_id, session_id=req.session_id, turn=req.turn, attempt=req.attempt,
         warmup=req.warmup, intended_ns=req.intended_ns, requested_output_tokens=req.max_tokens,
         est_prompt_tokens=req.est_prompt_tokens,
     )
+
+
+def ended_record(req: ModelRequest, status: str, *, end_ns: int | None = None, error: str | None = None,
+                 sent_ns: int | None = None) -> RequestRecord:
+    """The record of an attempt at ``req`` that the client ended (cancelled, or cut by a session's timeout)
+    rather than the transport: :func:`new_record` with how and when it ended."""
+    r = new_record(req)
+    r.status, r.end_ns, r.error, r.sent_ns = status, end_ns, error, sent_ns
+    return r
+
+
+def client_error_record(request_id: int, intended_ns: int, warmup: bool, end_ns: int, exc: BaseException, *,
+                        session_id: int = -1) -> RequestRecord:
+    """The record of a job that raised in the client before or around its request (a bug, a bad plan): the
+    run goes on and the failure is counted as ``client_error``."""
+    return RequestRecord(request_id=request_id, session_id=session_id, warmup=warmup, status=CLIENT_ERROR,
+                         intended_ns=intended_ns, end_ns=end_ns,
+                         error=f"client error: {type(exc).__name__}: {exc}"[:500])
 
 
 class Transport(Protocol):
