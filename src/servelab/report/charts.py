@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from matplotlib.patches import Patch
 
 from servelab.analysis.pareto import pareto_front
 from servelab.report.plots import _save, plt
@@ -69,10 +70,9 @@ def request_timeline(rows: Sequence[Mapping[str, Any]], path: Path, *, total: in
     ax.invert_yaxis()
     ax.set_xlim(left=0)
     ax.set_xlabel("seconds since the first request shown was due")
-    for phase, c in _PHASES:
-        if phase in used:
-            ax.barh([], [], color=c, label=phase)
-    ax.legend(fontsize=7, loc="lower right", ncol=3)
+    # explicit patches: an empty barh() as a legend entry is drawn in the default colour, not the phase's
+    handles = [Patch(facecolor=c, label=phase) for phase, c in _PHASES if phase in used]
+    ax.legend(handles=handles, fontsize=7, loc="lower right", ncol=3)
     ax.set_title(f"{len(rows)} sample requests of {total:,}: when each waited, queued, prefilled and decoded",
                  fontsize=10)
     ax.grid(alpha=0.3, axis="x")

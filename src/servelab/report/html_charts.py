@@ -87,7 +87,10 @@ def timeline_section(page: Page, run: RunData) -> None:
         if any(p[0] == "prefill" for r in rows for p in r["phases"])
         else "queueing and prefill together (the server does not report the split)"
     )
-    page.add(f'<p class="muted">Grey: due but not yet sent (client); then {esc(split)}; blue: decoding.</p>')
+    any_failed = any(p[0] == "failed" for r in rows for p in r["phases"])
+    failed = "; dark red: failed (from send to the error)" if any_failed else ""
+    page.add(f'<p class="muted">Grey: due but not yet sent (client); then {esc(split)}; blue: decoding'
+             f"{esc(failed)}.</p>")
     page.image("timeline", "per-request timeline", lambda p: charts.request_timeline(rows, p, total=total))
 
 

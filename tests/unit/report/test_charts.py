@@ -1,0 +1,53 @@
+"""The report's charts draw what they say: the per-request timeline's legend has each phase's own colour."""
+
+from __future__ import annotations
+
+from matplotlib.colors import to_hex
+
+from servelab.report import charts
+
+
+def test_timeline_legend_shows_each_phase_in_its_bar_colour(tmp_path, monkeypatch):
+    drawn = {}
+    real_save = charts._save
+
+    def keep(fig, path):
+        ax = fig.axes[0]
+        drawn["legend"] = {t.get_text(): to_hex(h.get_facecolor())
+                           for t, h in zip(ax.get_legend().get_texts(), ax.get_legend().legend_handles,
+                                           strict=True)}
+        drawn["bars"] = {to_hex(p.get_facecolor()) for p in ax.patches}
+        return real_save(fig, path)
+
+    monkeypatch.setattr(charts, "_save", keep)
+    rows = [{"label": "#0", "phases": [("client wait", 0.0, 0.5), ("failed", 0.5, 1.0)]},
+            {"label": "#1", "phases": [("client wait", 0.0, 0.2), ("waiting + prefill", 0.2, 0.4),
+                                       ("decode", 0.4, 2.0)]}]
+    out = charts.request_timeline(rows, tmp_path / "t.png", total=2)
+    assert out.stat().st_size > 0
+    assert drawn["legend"] == {"client wait": "#c7c7c7", "waiting + prefill": "#e377c2", "decode": "#1f77b4",
+                               "failed": "#7f0000"}
+    assert set(drawn["legend"].values()) == drawn["bars"]
+
+
+def test_timeline_caption_names_the_failed_colour_only_when_requests_failed(tmp_path):
+    import pyarrow as pa
+
+    from servelab.records.rundir import RunData
+    from servelab.report.html_charts import timeline_section
+    from servelab.report.html_page import Page
+
+    def run(status):
+        n = len(status)
+        t = pa.table({"request_id": list(range(n)), "warmup": [False] * n, "status": status,
+                      "intended_ns": [i * 10**8 for i in range(n)], "sent_ns": [i * 10**8 for i in range(n)],
+                      "first_token_ns": [i * 10**8 + 5 * 10**7 for i in range(n)],
+                      "end_ns": [i * 10**8 + 9 * 10**7 for i in range(n)]})
+        return RunData(tmp_path, {}, {}, t, None, None, True)
+
+    for status, says in ((["ok"] * 4, False), (["ok", "http_error", "ok", "ok"], True)):
+        page = Page(tmp_path / "report.html")
+        timeline_section(page, run(status))
+        text = "".join(page.parts)
+        assert "blue: decoding" in text
+        assert ("dark red: failed" in text) is says
