@@ -78,8 +78,9 @@ def run(p: SessionPlan, faults=None, output_text="", cancel_after_s=None):
     sessions: list[SessionRecord] = []
 
     async def main():
-        coro = run_session(p, tr, clock, RequestIds(100), on_record=records.append, on_session=sessions.append,
-                           texts=Words())
+        coro = run_session(
+            p, tr, clock, RequestIds(100), on_record=records.append, on_session=sessions.append, texts=Words()
+        )
         if cancel_after_s is None:
             return await coro
         task = asyncio.ensure_future(coro)
@@ -121,7 +122,11 @@ def test_model_retries_back_off_exponentially_then_succeed():
     s, calls, records = run(plan([ModelTurn("a", 20)], max_retries=2, multiplier=2.0),
                             faults={0: HTTP_ERROR, 1: HTTP_ERROR})
     assert s.status == "ok" and s.retries == 2 and s.requests == 3 and s.turns == 1
-    assert [(r.turn, r.attempt, r.status) for r in records] == [(0, 0, HTTP_ERROR), (0, 1, HTTP_ERROR), (0, 2, OK)]
+    assert [(r.turn, r.attempt, r.status) for r in records] == [
+        (0, 0, HTTP_ERROR),
+        (0, 1, HTTP_ERROR),
+        (0, 2, OK),
+    ]
     assert s.waiting_ns == 3 * NS_PER_S  # 1 s then 2 s
     assert took(s) == pytest.approx(3.3, abs=1e-6)
     assert all(c.est_prompt_tokens == 150 for c in calls)  # a retry resends the same prompt
@@ -232,7 +237,9 @@ def test_a_scripted_session_against_the_simulator_on_virtual_time():
         tr = SimTransport(deployment, clock, 0)
         try:
             texts = await synth_text_source(ServerCounter(SimProbe(deployment).count_tokens), seed=0)
-            return await run_session(plan(steps), tr, clock, RequestIds(), on_record=records.append, texts=texts)
+            return await run_session(
+                plan(steps), tr, clock, RequestIds(), on_record=records.append, texts=texts
+            )
         finally:
             await tr.aclose()
 
@@ -261,8 +268,12 @@ def test_shipped_profiles_run_end_to_end_on_virtual_time(name):
     async def main():
         texts = await synth_text_source(EstimateCounter(), seed=0)
         tr, ids = scripted(clock, latency_s=0.5), RequestIds()
-        return await asyncio.gather(*(run_session(build_plan(spec, i, 0), tr, clock, ids, on_record=records.append,
-                                                  texts=texts) for i in range(8)))
+        return await asyncio.gather(
+            *(
+                run_session(build_plan(spec, i, 0), tr, clock, ids, on_record=records.append, texts=texts)
+                for i in range(8)
+            )
+        )
 
     out = clock.run(main)
     # The twin never fails and every shipped profile retries its (seeded) tool failures: every task ends ok,

@@ -23,8 +23,15 @@ def run_sessions(spec: str, seed: int, sessions: int = 8, turns: int = 3) -> lis
         async def session(sid: int) -> None:
             msgs = [{"role": "user", "content": filler_text(300, sid)}]
             for turn in range(turns):
-                r = await t.send(ModelRequest(request_id=sid * 100 + turn, messages=list(msgs), max_tokens=200,
-                                              session_id=sid, turn=turn))
+                r = await t.send(
+                    ModelRequest(
+                        request_id=sid * 100 + turn,
+                        messages=list(msgs),
+                        max_tokens=200,
+                        session_id=sid,
+                        turn=turn,
+                    )
+                )
                 recs.append(r)
                 msgs += [{"role": "assistant", "content": r.output_text},
                          {"role": "user", "content": filler_text(20, 1000 * sid + turn)}]
@@ -79,8 +86,12 @@ def engine_run(spec: str, n: int, in_len: int, out_len: int, **req_kw):
     async def main():
         eng = Engine(parse_sim_target(spec), clock, seed=3)
         eng.start()
-        reqs = [SimRequest(rid=i + 1, prompt_ids=list(range(i * in_len, (i + 1) * in_len)), max_tokens=out_len,
-                           **req_kw) for i in range(n)]
+        reqs = [
+            SimRequest(
+                rid=i + 1, prompt_ids=list(range(i * in_len, (i + 1) * in_len)), max_tokens=out_len, **req_kw
+            )
+            for i in range(n)
+        ]
         for r in reqs:
             eng.submit(r)
         await asyncio.gather(*(r.done for r in reqs))
@@ -133,8 +144,13 @@ def test_speculative_decoding_and_expert_skew_with_eplb():
                           "expert_skew=1.0", 32, 256, 100, ignore_eos=True)
     assert all(len(r.token_times_ns) == 100 for r in reqs)
     assert st["expert_imbalance"] > 1.2
-    _, st_eplb = engine_run("sim:deepseek-v3@8xh200,dtype=fp8,ep=8,dp_attention=true,expert_skew=1.0,eplb=true",
-                            32, 256, 100, ignore_eos=True)
+    _, st_eplb = engine_run(
+        "sim:deepseek-v3@8xh200,dtype=fp8,ep=8,dp_attention=true,expert_skew=1.0,eplb=true",
+        32,
+        256,
+        100,
+        ignore_eos=True,
+    )
     assert st_eplb["expert_imbalance"] < st["expert_imbalance"]
     # Without speculation every step yields one token per request: at least 100 steps for 100 tokens. With one
     # draft token accepted 80% of the time a step yields 1.8 tokens on average: 99 decode tokens / 1.8 = 55

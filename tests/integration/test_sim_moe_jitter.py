@@ -22,8 +22,16 @@ def closed_loop(spec: str, users: int, turns: int, in_len: int, out_len: int):
 
         async def user(u: int) -> None:
             for k in range(turns):
-                recs.append(await t.send(ModelRequest(request_id=u * 1000 + k, prompt=filler_text(in_len, u * 7 + k),
-                                                      max_tokens=out_len, ignore_eos=True)))
+                recs.append(
+                    await t.send(
+                        ModelRequest(
+                            request_id=u * 1000 + k,
+                            prompt=filler_text(in_len, u * 7 + k),
+                            max_tokens=out_len,
+                            ignore_eos=True,
+                        )
+                    )
+                )
 
         await asyncio.gather(*(user(u) for u in range(users)))
         text = t.metrics_text()
@@ -34,7 +42,9 @@ def closed_loop(spec: str, users: int, turns: int, in_len: int, out_len: int):
 
 
 def test_expert_imbalance_histogram_is_exported_within_one_and_ep():
-    recs, text = closed_loop("sim:deepseek-v3@8xh200,dtype=fp8,ep=8,dp_attention=true,backend=roofline", 16, 2, 256, 32)
+    recs, text = closed_loop(
+        "sim:deepseek-v3@8xh200,dtype=fp8,ep=8,dp_attention=true,backend=roofline", 16, 2, 256, 32
+    )
     assert all(r.status == "ok" for r in recs)
     buckets = {le: float(v) for le, v in re.findall(
         r'^servelab_sim_expert_imbalance_ratio_bucket\{le="([^"]+)"[^}]*\} (\S+)$', text, re.M)}
@@ -44,7 +54,12 @@ def test_expert_imbalance_histogram_is_exported_within_one_and_ep():
     assert buckets["+Inf"] == buckets[bounds[-2]] == steps  # one observation per step, none above ep
     assert buckets[bounds[0]] == 0 and float(bounds[0]) == 1  # skewed routing by default: never balanced
     assert re.search(r"^servelab_sim_expert_imbalance\{", text, re.M)  # the gauge stays beside it
-    assert len(re.findall(r'^servelab_sim_step_seconds_total\{part="(compute|memory|communication)"', text, re.M)) == 3
+    assert (
+        len(
+            re.findall(r'^servelab_sim_step_seconds_total\{part="(compute|memory|communication)"', text, re.M)
+        )
+        == 3
+    )
 
 
 def test_dense_model_imbalance_is_one():

@@ -69,14 +69,17 @@ def test_preemption_at_high_concurrency_with_long_contexts():
     assert out["stats"]["preemptions_total"] > 0
 
 
-@pytest.mark.parametrize("pair", [("sim:llama-3.1-70b@8xh200", "sim:deepseek-v3@8xh200,dtype=fp8,ep=8,dp_attention=true")])
+@pytest.mark.parametrize(
+    "pair", [("sim:llama-3.1-70b@8xh200", "sim:deepseek-v3@8xh200,dtype=fp8,ep=8,dp_attention=true")]
+)
 def test_dense_70b_knee_before_moe_mla(pair):
     k_dense, t_dense = knee(pair[0], 1024, 128)
     k_moe, t_moe = knee(pair[1], 1024, 128)
     assert k_dense <= k_moe
     gain_dense, gain_moe = t_dense[-1] / t_dense[-3], t_moe[-1] / t_moe[-3]  # 64 -> 256 sessions
     # (1.4x, was 1.5x: engine profiles - vLLM's 1024 sequences, BF16 KV for FP8 weights - and skewed routing
-    # changed both curves on purpose; the shape, MoE gaining far more past 64 sessions, holds on both backends)
+    # changed both curves on purpose; the shape, MoE gaining far more past 64 sessions, holds on both
+    # backends)
     assert gain_dense < 1.4 and gain_moe > 1.4 * gain_dense
 
 

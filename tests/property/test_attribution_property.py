@@ -18,7 +18,8 @@ from servelab.sim.tokenizer import filler_text
 from servelab.transport.base import ModelRequest
 from servelab.transport.sim import SimTransport
 
-SPECS = ("sim", "sim:llama-3.1-8b@1xh100,gpu_memory_utilization=0.22,max_num_seqs=16,max_model_len=7000",  # preempts
+# preempts
+SPECS = ("sim", "sim:llama-3.1-8b@1xh100,gpu_memory_utilization=0.22,max_num_seqs=16,max_model_len=7000",
          "sim:qwen3-30b-a3b@2xh100,tp=2,ep=2,max_num_seqs=16",  # expert exchange
          "sim:sim-tiny@1xh100,chunked_prefill=true,max_num_batched_tokens=256,max_num_seqs=16",
          "sim:sim-tiny@1xh100,prefix_caching=false,max_num_seqs=4")
@@ -36,8 +37,15 @@ def simulate(spec: str, seed: int, sessions: list[tuple[int, int, int, int]]) ->
             await clock.sleep(delay_ms / 1000)
             msgs = [{"role": "user", "content": filler_text(prompt, sid)}]
             for turn in range(turns):
-                r = await t.send(ModelRequest(request_id=sid * 100 + turn, messages=list(msgs), max_tokens=out,
-                                              session_id=sid, turn=turn))
+                r = await t.send(
+                    ModelRequest(
+                        request_id=sid * 100 + turn,
+                        messages=list(msgs),
+                        max_tokens=out,
+                        session_id=sid,
+                        turn=turn,
+                    )
+                )
                 recs.append(r)
                 msgs += [{"role": "assistant", "content": r.output_text or "x"},
                          {"role": "user", "content": filler_text(30, 1000 * sid + turn)}]
@@ -49,8 +57,11 @@ def simulate(spec: str, seed: int, sessions: list[tuple[int, int, int, int]]) ->
     return clock.run(main)
 
 
-workloads = st.lists(st.tuples(st.integers(10, 3000), st.integers(1, 400), st.integers(1, 3), st.integers(0, 300)),
-                     min_size=1, max_size=14)
+workloads = st.lists(
+    st.tuples(st.integers(10, 3000), st.integers(1, 400), st.integers(1, 3), st.integers(0, 300)),
+    min_size=1,
+    max_size=14,
+)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -69,5 +69,11 @@ def test_counts_add_up_under_random_faults(tmp_path_factory, error, reset, malfo
     assert r["sent"] == r["ok"] + failed + r["cancelled"]
     rows = read_run(result.run_dir).requests
     assert rows.num_rows == r["sent"] == result.outcome.issued
-    assert set(rows.column("status").to_pylist()) <= {"ok", "http_error", "timeout", "disconnected", "malformed",
-                                                      "cancelled"}
+    assert set(rows.column("status").to_pylist()) <= {
+        "ok",
+        "http_error",
+        "timeout",
+        "disconnected",
+        "malformed",
+        "cancelled",
+    }

@@ -46,5 +46,6 @@ def test_step_time_is_monotone_in_work(i, n, ctx, p, extra_n, extra_p, extra_ctx
     longer = cm.step(n, n * (ctx + extra_ctx), p, pairs, pctx).time_s
     q = p + extra_p
     more_pre = cm.step(n, n * ctx, q, q * (q + 1) // 2, q).time_s
-    tol = 1e-9 + 0.031 * a  # shapes are memoized in ~1.5% buckets: a bucket's midpoint may sit below the point
+    # shapes are memoized in ~1.5% buckets: a bucket's midpoint may sit below the point
+    tol = 1e-9 + 0.031 * a
     assert more_dec >= a - tol and longer >= a - tol and more_pre >= a - tol

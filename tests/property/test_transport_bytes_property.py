@@ -49,14 +49,21 @@ class _Conn:
 
 
 _json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False) | st.text(max_size=6),
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=6),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
-    max_leaves=6)
+    max_leaves=6,
+)
 
 
 @st.composite
 def _event(draw) -> bytes:
-    kind = draw(st.sampled_from(["token", "token", "usage", "finish", "done", "json", "raw", "comment", "error"]))
+    kind = draw(
+        st.sampled_from(["token", "token", "usage", "finish", "done", "json", "raw", "comment", "error"])
+    )
     if kind == "token":
         obj: object = {"choices": [{"index": 0, "delta": {"content": draw(st.text(max_size=5))},
                                     "finish_reason": None}]}
@@ -90,8 +97,14 @@ def _response(draw) -> bytes:
         return draw(st.binary(max_size=300))
     head = b""
     if draw(st.booleans()):
-        head += draw(st.sampled_from([b"HTTP/1.1 100 Continue\r\n\r\n", b"HTTP/1.1 103 Early Hints\r\nLink: <a>\r\n\r\n"]))
-    status = draw(st.sampled_from([b"200 OK", b"200 OK", b"200 OK", b"404 Not Found", b"500 Oops", b"101 Up"]))
+        head += draw(
+            st.sampled_from(
+                [b"HTTP/1.1 100 Continue\r\n\r\n", b"HTTP/1.1 103 Early Hints\r\nLink: <a>\r\n\r\n"]
+            )
+        )
+    status = draw(
+        st.sampled_from([b"200 OK", b"200 OK", b"200 OK", b"404 Not Found", b"500 Oops", b"101 Up"])
+    )
     ctype = draw(st.sampled_from([b"text/event-stream", b"application/json", b"text/html", b""]))
     body = b"".join(draw(st.lists(_event(), max_size=8)))
     if draw(st.booleans()):

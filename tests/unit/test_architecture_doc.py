@@ -18,7 +18,9 @@ def _script():
 def test_every_package_has_a_row_and_its_imports_are_the_codes():
     pt = _script()
     found = pt.problems(pt.DOC.read_text(), pt.real_imports())
-    assert found == [], "docs/architecture.md is stale (python3 scripts/package_table.py --write):\n" + "\n".join(found)
+    assert found == [], (
+        "docs/architecture.md is stale (python3 scripts/package_table.py --write):\n" + "\n".join(found)
+    )
 
 
 def test_the_check_sees_a_drifted_row():
@@ -28,5 +30,7 @@ def test_the_check_sees_a_drifted_row():
     lines = [ln if not ln.startswith("| `sim` |") else ln.rsplit("|", 2)[0] + "| records |"
              for ln in pt.DOC.read_text().splitlines()]
     assert any("`sim` imports" in p for p in pt.problems("\n".join(lines), imports))
-    assert any("`telemetry` has no row" in p
-               for p in pt.problems("\n".join(ln for ln in lines if not ln.startswith("| `telemetry`")), imports))
+    assert any(
+        "`telemetry` has no row" in p
+        for p in pt.problems("\n".join(ln for ln in lines if not ln.startswith("| `telemetry`")), imports)
+    )
