@@ -121,13 +121,30 @@ def compare(
             t.add_row(r["label"], *[_fmt(v) for v in r["values"]], r["status"])
     con.print(t)
     for block in result["figures"]:
-        ft = Table(title=f"{block['b']} vs {block['a']} at level {block['level']}", title_justify="left")
-        for c in ("figure", "A", "B", "diff", "95% CI", "verdict"):
-            ft.add_column(c)
-        for r in block["rows"]:
-            ci = f"[{_fmt(r.get('lo'))}, {_fmt(r.get('hi'))}]"
-            ft.add_row(r["figure"], _fmt(r.get("a")), _fmt(r.get("b")), _fmt(r.get("diff")), ci, r["verdict"])
-        con.print(ft)
+        con.print(figures_table(block))
+
+
+def _figure_name(figure: str) -> str:
+    """'ttft_ms p95' -> 'time to first token p95'; figures already in words are kept."""
+    from servelab.report.words import NAMES
+
+    metric, _, pct = figure.rpartition(" ")
+    return f"{NAMES[metric]} {pct}" if metric in NAMES else figure
+
+
+def figures_table(block: dict[str, Any]) -> Table:
+    """One comparison block: each figure in words, with its unit, three significant figures."""
+    from servelab.report.words import sig
+
+    level = "" if block.get("level") is None else f" at level {block['level']}"
+    ft = Table(title=f"{block['b']} (B) vs {block['a']} (A){level}", title_justify="left")
+    for c in ("figure", "unit", "A", "B", "B - A", "95% CI of B - A", "verdict"):
+        ft.add_column(c, justify="right" if c in ("A", "B", "B - A") else "left")
+    for r in block["rows"]:
+        ci = "-" if r.get("lo") is None else f"{sig(r.get('lo'))} to {sig(r.get('hi'))}"
+        ft.add_row(_figure_name(r["figure"]), r.get("unit") or "", sig(r.get("a")), sig(r.get("b")),
+                   sig(r.get("diff")), ci, r["verdict"])
+    return ft
 
 
 def _write_report(dirs: list[str], result: dict[str, Any], out: str) -> None:
