@@ -24,7 +24,9 @@ ENDLESS_LIMIT = 96 * 1024 * 1024  # bytes the server writes at most for an endle
 STALL_LIMIT_S = 20.0  # the server gives up on a stalled request after this long
 
 
-def chunk(text: str | None = None, finish: object = None, usage: object = None, raw_usage: bytes = b"") -> bytes:
+def chunk(
+    text: str | None = None, finish: object = None, usage: object = None, raw_usage: bytes = b""
+) -> bytes:
     choices = [] if text is None and finish is None else [
         {"index": 0, "delta": {"content": text or ""}, "finish_reason": finish}]
     obj: dict = {"id": "c", "object": "chat.completion.chunk", "model": "m", "choices": choices}
@@ -115,8 +117,11 @@ async def duplicate(c: Conn, rid: str) -> bool:
 
 
 async def interim(c: Conn, rid: str) -> bool:
-    return await _send(c, b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>; rel=preload\r\n\r\n"
-                       + stream(rid))
+    return await _send(
+        c,
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>; rel=preload\r\n\r\n"
+        + stream(rid),
+    )
 
 
 async def cl_short(c: Conn, rid: str) -> bool:
@@ -188,8 +193,9 @@ async def after_done(c: Conn, rid: str) -> bool:
 
 
 async def bom(c: Conn, rid: str) -> bool:
-    return await _send(c, SSE_HEAD + chunked(b"\xef\xbb\xbf" + chunk(f"{rid}|"), chunk("a"), chunk("b", "stop"),
-                                             USAGE, DONE))
+    return await _send(
+        c, SSE_HEAD + chunked(b"\xef\xbb\xbf" + chunk(f"{rid}|"), chunk("a"), chunk("b", "stop"), USAGE, DONE)
+    )
 
 
 async def escapes(c: Conn, rid: str) -> bool:
@@ -200,12 +206,17 @@ async def escapes(c: Conn, rid: str) -> bool:
 async def usage_list_close(c: Conn, rid: str) -> bool:
     body = orjson.dumps({"choices": [{"message": {"content": f"{rid}|ab"}, "finish_reason": "stop"}],
                          "usage": [1, 2]})
-    return await _send(c, b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n" + body,
-                       keep=False)
+    return await _send(
+        c,
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n" + body,
+        keep=False,
+    )
 
 
 async def rate_limited(c: Conn, rid: str) -> bool:
-    return await _send(c, response("429 Too Many Requests", b'{"error":{"message":"slow down %s"}}' % rid.encode()))
+    return await _send(
+        c, response("429 Too Many Requests", b'{"error":{"message":"slow down %s"}}' % rid.encode())
+    )
 
 
 async def drop_next(c: Conn, rid: str) -> bool:

@@ -43,11 +43,17 @@ class AnswerServer:
         self.bodies.append(body)
         lossy = request.match_info["which"] == "lossy"
         text = self._answer(lossy, body["messages"][-1]["content"])
-        return web.json_response({
-            "id": "x", "object": "chat.completion", "model": body["model"],
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13},
-        })
+        return web.json_response(
+            {
+                "id": "x",
+                "object": "chat.completion",
+                "model": body["model"],
+                "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+                ],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13},
+            }
+        )
 
     async def models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": f"{request.match_info['which']}-model",
@@ -89,7 +95,9 @@ def test_two_targets_accuracy_agreement_and_drop(answer_server, tmp_path: Path, 
     good, lossy = report["targets"]
     assert good["model"] == "good-model" and lossy["model"] == "lossy-model"
     assert (good["correct"], good["answered"], good["failed"]) == (N, N, 0)
-    assert good["accuracy"]["value"] == 1.0 and good["accuracy"]["hi"] == 1.0 and good["accuracy"]["lo"] > 0.85
+    assert (
+        good["accuracy"]["value"] == 1.0 and good["accuracy"]["hi"] == 1.0 and good["accuracy"]["lo"] > 0.85
+    )
     assert lossy["correct"] == N - N // 4
     assert lossy["accuracy"]["lo"] < 0.75 < lossy["accuracy"]["hi"]
     (pair,) = report["agreement"]
@@ -115,21 +123,29 @@ def test_one_target_table_and_user_dataset(answer_server, tmp_path: Path, capsys
     data = tmp_path / "mine.jsonl"
     data.write_text("".join(json.dumps({"prompt": it.prompt, "expected": it.expected, "matcher": it.matcher,
                                         "id": it.id}) + "\n" for it in items))
-    rc = main(["accuracy", "--target", f"{root}/lossy/v1", "--dataset", str(data), "--out", str(tmp_path / "r")])
+    rc = main(
+        ["accuracy", "--target", f"{root}/lossy/v1", "--dataset", str(data), "--out", str(tmp_path / "r")]
+    )
     out = capsys.readouterr()
     assert rc == 0, out.err
     assert "accuracy on 6 items" in out.out and "4 / 6" in out.out  # items 0 and 4 are answered wrong
     assert "accuracy run written to" in out.err
 
 
-@pytest.mark.parametrize(("args", "needle"), [
-    (["--target", "ftp://x"], "neither an http(s) URL"),
-    (["--target", "sim", "--matcher", "fuzzy"], "unknown matcher"),
-    (["--target", "sim", "--dataset", "/nonexistent/set.jsonl"], "does not exist"),
-    (["--target", "sim", "--target", "sim", "--model", "a", "--model", "b", "--model", "c"], "3 --model values"),
-    (["--target", "sim", "--max-drop", "1.5"], "--max-drop must be a fraction"),
-    (["--target", "http://127.0.0.1:9/v1", "--n", "2"], "cannot reach"),
-])
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--target", "ftp://x"], "neither an http(s) URL"),
+        (["--target", "sim", "--matcher", "fuzzy"], "unknown matcher"),
+        (["--target", "sim", "--dataset", "/nonexistent/set.jsonl"], "does not exist"),
+        (
+            ["--target", "sim", "--target", "sim", "--model", "a", "--model", "b", "--model", "c"],
+            "3 --model values",
+        ),
+        (["--target", "sim", "--max-drop", "1.5"], "--max-drop must be a fraction"),
+        (["--target", "http://127.0.0.1:9/v1", "--n", "2"], "cannot reach"),
+    ],
+)
 def test_bad_input_exits_2_with_a_message(tmp_path: Path, capsys, args, needle):
     assert main(["accuracy", *args, "--out", str(tmp_path)]) == 2
     assert needle in capsys.readouterr().err
@@ -140,9 +156,28 @@ def test_sweep_over_two_setups_flags_the_quality_drop(answer_server, tmp_path: P
     # The answer server fails the benchmark's own prompts (it only knows the answer set): the sweep records
     # those as errors and goes on; what is checked here is the accuracy run per setup and its verdict.
     server, root = answer_server
-    rc = main(["sweep", "--target", f"{root}/good/v1", "--target", f"{root}/lossy/v1", "--concurrency", "1",
-               "--requests", "2", "--no-stream", "--accuracy", str(N), "--seed", str(SEED), "--out", str(tmp_path),
-               "--json", "--no-report"])
+    rc = main(
+        [
+            "sweep",
+            "--target",
+            f"{root}/good/v1",
+            "--target",
+            f"{root}/lossy/v1",
+            "--concurrency",
+            "1",
+            "--requests",
+            "2",
+            "--no-stream",
+            "--accuracy",
+            str(N),
+            "--seed",
+            str(SEED),
+            "--out",
+            str(tmp_path),
+            "--json",
+            "--no-report",
+        ]
+    )
     assert rc == 0, capsys.readouterr().err
     state = json.loads(capsys.readouterr().out)
     good, lossy = state["points"]

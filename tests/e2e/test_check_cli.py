@@ -81,7 +81,9 @@ def test_plain_output_prints_messages_not_dicts(tmp_path, capsys):
     assert main(["check", base, slow]) == 1
     out = capsys.readouterr().out
     assert "{" not in out and "'level'" not in out, out
-    assert re.search(r"regression e2e_ms p50 at level 4: [\d,.]+ ms vs [\d,.]+ ms \(\+\d+\.\d%, limit \+10%\)", out), out
+    assert re.search(
+        r"regression e2e_ms p50 at level 4: [\d,.]+ ms vs [\d,.]+ ms \(\+\d+\.\d%, limit \+10%\)", out
+    ), out
 
 
 def _mark_invalid(run_dir: str, reason: str) -> None:

@@ -45,7 +45,9 @@ def test_run_writes_a_complete_run_directory_with_the_summary_contract(tmp_path,
 def test_same_seed_same_figures(tmp_path, capsys):
     outs = []
     for _ in range(2):
-        assert main(["run", "--out", str(tmp_path), "--concurrency", "3", "--seed", "7", "--json", *SMALL]) == 0
+        assert (
+            main(["run", "--out", str(tmp_path), "--concurrency", "3", "--seed", "7", "--json", *SMALL]) == 0
+        )
         outs.append(json.loads(capsys.readouterr().out))
     assert outs[0]["metrics"]["e2e_ms"] == outs[1]["metrics"]["e2e_ms"]
     assert outs[0]["tokens"] == outs[1]["tokens"]

@@ -41,8 +41,10 @@ def test_invalid_run_exits_1_with_one_line(tmp_path, capsys):
     rc = main(["run", "--requests", "4", "--concurrency", "8", "--out", str(tmp_path), *SMALL])
     assert rc == 1
     lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("INVALID run: ")]
-    assert lines == ["INVALID run: only 4 measured requests at concurrency 8: fewer requests than users, so the "
-                     "run never reached a steady state (send at least 8 requests, ideally many more)"]
+    assert lines == [
+        "INVALID run: only 4 measured requests at concurrency 8: fewer requests than users, so the "
+        "run never reached a steady state (send at least 8 requests, ideally many more)"
+    ]
 
 
 def test_show_does_not_call_a_half_written_run_valid(tmp_path, capsys):
@@ -90,9 +92,30 @@ def http_target():
 
 
 def _start(target: str, out: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "servelab.cli.main", "run", "--target", target, "--concurrency",
-                             "4", "--duration", "60", "--output-tokens", "256", "--ignore-eos", "--out", str(out),
-                             "--no-report", "--json", *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "servelab.cli.main",
+            "run",
+            "--target",
+            target,
+            "--concurrency",
+            "4",
+            "--duration",
+            "60",
+            "--output-tokens",
+            "256",
+            "--ignore-eos",
+            "--out",
+            str(out),
+            "--no-report",
+            "--json",
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def _wait_for_records(out: Path, timeout_s: float = 30) -> None:

@@ -44,7 +44,9 @@ async def _drive(modes: list[str], concurrency: int) -> tuple[list[RequestRecord
 
         async def one(i: int, mode: str) -> RequestRecord:
             async with sem:
-                req = ModelRequest(request_id=i, messages=[{"role": "user", "content": f"{mode} {i}"}], max_tokens=3)
+                req = ModelRequest(
+                    request_id=i, messages=[{"role": "user", "content": f"{mode} {i}"}], max_tokens=3
+                )
                 return await t.send(req)
 
         try:

@@ -54,8 +54,9 @@ async def _start_proxy(upstream: str, delay_s: float) -> tuple[web.AppRunner, in
         headers = {k: v for k, v in request.headers.items() if k.lower() in ("content-type", "accept")}
         async with session.request(request.method, upstream + request.rel_url.path_qs, data=body,
                                    headers=headers) as up:
-            resp = web.StreamResponse(status=up.status,
-                                      headers={"Content-Type": up.headers.get("Content-Type", "application/json")})
+            resp = web.StreamResponse(
+                status=up.status, headers={"Content-Type": up.headers.get("Content-Type", "application/json")}
+            )
             await resp.prepare(request)
             async for chunk in up.content.iter_any():
                 await resp.write(chunk)
@@ -129,7 +130,14 @@ def test_ttft_overhead_matches_the_proxy_delay(servers, tmp_path: Path, capsys):
     # Only the via runs went through the proxy (the prime and direct runs did not).
     assert seen["/v1/chat/completions"] == 2 * 60
     out_dir = Path(result["runs"]["direct-1"]).parent
-    assert {p.name for p in out_dir.iterdir()} >= {"prime", "direct-1", "via-1", "via-2", "direct-2", "gateway.json"}
+    assert {p.name for p in out_dir.iterdir()} >= {
+        "prime",
+        "direct-1",
+        "via-1",
+        "via-2",
+        "direct-2",
+        "gateway.json",
+    }
     for name in ("direct-1", "via-2"):
         manifest = json.loads((out_dir / name / "manifest.json").read_text())
         assert manifest["gateway"]["role"] == name.split("-")[0]

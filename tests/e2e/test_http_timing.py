@@ -80,7 +80,9 @@ class ScriptedServer:
             if kind == "usage_only":
                 break
             if kind == "error_event" and i == 1:
-                await self._emit(resp, "error", b'data: {"error": {"message": "out of KV cache", "code": 500}}\n\n')
+                await self._emit(
+                    resp, "error", b'data: {"error": {"message": "out of KV cache", "code": 500}}\n\n'
+                )
                 await resp.write_eof()
                 return resp
             if kind == "garbage" and i == 1:

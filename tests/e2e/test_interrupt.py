@@ -46,10 +46,29 @@ def test_sigint_keeps_what_was_measured(tmp_path: Path):
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_healthy(f"http://127.0.0.1:{port}/health")
-        run = subprocess.Popen([sys.executable, "-m", "servelab.cli.main", "run", "--target",
-                                f"http://127.0.0.1:{port}/v1", "--concurrency", "4", "--duration", "60",
-                                "--output-tokens", "256", "--ignore-eos", "--out", str(tmp_path), "--no-report",
-                                "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        run = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "servelab.cli.main",
+                "run",
+                "--target",
+                f"http://127.0.0.1:{port}/v1",
+                "--concurrency",
+                "4",
+                "--duration",
+                "60",
+                "--output-tokens",
+                "256",
+                "--ignore-eos",
+                "--out",
+                str(tmp_path),
+                "--no-report",
+                "--json",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         _wait_for_records(tmp_path)  # measuring, not starting: poll the journal, never sleep-and-hope
         run.send_signal(signal.SIGINT)
         out, err = run.communicate(timeout=60)

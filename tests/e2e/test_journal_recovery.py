@@ -19,10 +19,30 @@ def _journal_lines(out: Path) -> int:
 
 
 def test_a_killed_run_is_read_back_and_shown(tmp_path):
-    run = subprocess.Popen([sys.executable, "-m", "servelab.cli.main", "run", "--target", "sim", "--concurrency",
-                            "4", "--duration", "36000", "--input-tokens", "32", "--output-tokens", "16",
-                            "--out", str(tmp_path), "--no-report", "--json"],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    run = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "servelab.cli.main",
+            "run",
+            "--target",
+            "sim",
+            "--concurrency",
+            "4",
+            "--duration",
+            "36000",
+            "--input-tokens",
+            "32",
+            "--output-tokens",
+            "16",
+            "--out",
+            str(tmp_path),
+            "--no-report",
+            "--json",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + 120
         while _journal_lines(tmp_path) < 50:  # poll the journal: measuring, not starting

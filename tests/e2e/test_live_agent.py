@@ -25,8 +25,14 @@ from servelab.workload.agent import build_plan
 from tests.loopback import serve_app
 
 TOOLS = [
-    {"type": "function", "function": {"name": "search", "description": "web search",
-                                      "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "search",
+            "description": "web search",
+            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+        },
+    },
     {"type": "function", "function": {"name": "read", "parameters": {"type": "object", "properties": {}}}},
 ]
 TOOL_S = 0.05  # simulated duration of one search call
@@ -135,7 +141,16 @@ async def test_live_session_follows_tool_calls_until_a_plain_answer(server, stre
     b = server.bodies
     assert all(x["tools"] == TOOLS for x in b) and "ignore_eos" not in b[0]
     last = b[2]["messages"]
-    assert [m["role"] for m in last] == ["system", "user", "assistant", "tool", "tool", "assistant", "tool", "tool"]
+    assert [m["role"] for m in last] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "tool",
+        "assistant",
+        "tool",
+        "tool",
+    ]
     assert last[2]["tool_calls"] == records[0].tool_calls and last[2]["content"] is None
     tool_msgs = [m for m in last if m["role"] == "tool"]
     assert [m["tool_call_id"] for m in tool_msgs] == ["call_1_0", "call_1_1", "call_2_0", "call_2_1"]
@@ -169,10 +184,15 @@ def test_the_simulator_never_calls_tools_so_a_live_step_is_one_turn():
     from servelab.transport.sim import SimTransport
 
     clock = VirtualClock()
-    spec = SessionConfig.model_validate({
-        "steps": [{"kind": "model", "output_tokens": 16}, {"kind": "model", "output_tokens": 8, "user_tokens": 5}],
-        "live": {"tools": TOOLS, "max_turns": 4},
-    })
+    spec = SessionConfig.model_validate(
+        {
+            "steps": [
+                {"kind": "model", "output_tokens": 16},
+                {"kind": "model", "output_tokens": 8, "user_tokens": 5},
+            ],
+            "live": {"tools": TOOLS, "max_turns": 4},
+        }
+    )
     records: list[RequestRecord] = []
 
     async def main():

@@ -85,7 +85,11 @@ def header_server() -> Iterator[tuple[str, list[dict[str, str]]]]:
 
 
 def _files_holding(root: Path, needle: str) -> list[str]:
-    return [str(p) for p in root.rglob("*") if needle in p.name or (p.is_file() and needle.encode() in p.read_bytes())]
+    return [
+        str(p)
+        for p in root.rglob("*")
+        if needle in p.name or (p.is_file() and needle.encode() in p.read_bytes())
+    ]
 
 
 def test_tenant_headers_and_keys_reach_the_server_per_class_and_never_disk(header_server, tmp_path, capsys,
@@ -94,13 +98,32 @@ def test_tenant_headers_and_keys_reach_the_server_per_class_and_never_disk(heade
     monkeypatch.setenv("SERVELAB_TEST_TENANT_KEY", SECRET)
     (tmp_path / "tiny.yaml").write_text(TINY)
     profile = str(tmp_path / "tiny.yaml")
-    (tmp_path / "mix.yaml").write_text(json.dumps({
-        "mix": [{"workload": profile, "name": "interactive", "concurrency": 2, "sessions": 4, "tenant": "team-a",
-                 "api_key_env": "SERVELAB_TEST_TENANT_KEY", "headers": {"X-Tenant": "team-a"}},
-                {"workload": profile, "name": "bulk", "concurrency": 2, "sessions": 6, "tenant": "bulk",
-                 "headers": {"X-Tenant": "bulk"}}],
-        "limits": {"max_lag_p99_ms": 1000},  # the server shares this process and a loaded machine
-    }))
+    (tmp_path / "mix.yaml").write_text(
+        json.dumps(
+            {
+                "mix": [
+                    {
+                        "workload": profile,
+                        "name": "interactive",
+                        "concurrency": 2,
+                        "sessions": 4,
+                        "tenant": "team-a",
+                        "api_key_env": "SERVELAB_TEST_TENANT_KEY",
+                        "headers": {"X-Tenant": "team-a"},
+                    },
+                    {
+                        "workload": profile,
+                        "name": "bulk",
+                        "concurrency": 2,
+                        "sessions": 6,
+                        "tenant": "bulk",
+                        "headers": {"X-Tenant": "bulk"},
+                    },
+                ],
+                "limits": {"max_lag_p99_ms": 1000},  # the server shares this process and a loaded machine
+            }
+        )
+    )
     out = tmp_path / "runs"
     rc = main(["run", "--target", url, "--config", str(tmp_path / "mix.yaml"), "--out", str(out)])
     cap = capsys.readouterr()
@@ -110,10 +133,16 @@ def test_tenant_headers_and_keys_reach_the_server_per_class_and_never_disk(heade
         by_tenant.setdefault(h.get("x-tenant", "?"), set()).add(h.get("authorization"))
     assert by_tenant == {"team-a": {f"Bearer {SECRET}"}, "bulk": {None}}
     # 4 interactive sessions alone (the baseline), then 4 + 6 in the mix: one request each
-    assert sum(h.get("x-tenant") == "team-a" for h in seen) == 8 and sum(h.get("x-tenant") == "bulk" for h in seen) == 6
+    assert (
+        sum(h.get("x-tenant") == "team-a" for h in seen) == 8
+        and sum(h.get("x-tenant") == "bulk" for h in seen) == 6
+    )
     run_dir = next(p.parent for p in out.glob("*/summary.json"))
     req = pq.read_table(run_dir / "requests.parquet").to_pylist()
-    assert sorted((r["mix_class"], r["tenant"]) for r in req) == [("bulk", "bulk")] * 6 + [("interactive", "team-a")] * 4
+    assert (
+        sorted((r["mix_class"], r["tenant"]) for r in req)
+        == [("bulk", "bulk")] * 6 + [("interactive", "team-a")] * 4
+    )
     summary = json.loads((run_dir / "summary.json").read_text())
     assert {k: v["requests"]["ok"] for k, v in summary["classes"].items()} == {"interactive": 4, "bulk": 6}
     assert summary["interference"]["class"] == "interactive"

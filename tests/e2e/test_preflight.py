@@ -14,7 +14,17 @@ import pytest
 from servelab.cli.main import main
 from servelab.clock import WallClock
 
-SMALL = ["--requests", "4", "--concurrency", "1", "--input-tokens", "32", "--output-tokens", "8", "--no-report"]
+SMALL = [
+    "--requests",
+    "4",
+    "--concurrency",
+    "1",
+    "--input-tokens",
+    "32",
+    "--output-tokens",
+    "8",
+    "--no-report",
+]
 
 
 @pytest.fixture(scope="module")
@@ -71,8 +81,23 @@ def test_served_model_runs(sim_root, tmp_path, capsys):
     root, model = sim_root
     cfg = tmp_path / "lag.yaml"  # the server shares this process: loop lag must not make it INVALID here
     cfg.write_text("limits: {max_lag_p99_ms: 1000}\n")
-    assert main(["run", "--target", root + "/v1", "--model", model, "--config", str(cfg), "--out", str(tmp_path),
-                 *SMALL]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--target",
+                root + "/v1",
+                "--model",
+                model,
+                "--config",
+                str(cfg),
+                "--out",
+                str(tmp_path),
+                *SMALL,
+            ]
+        )
+        == 0
+    )
 
 
 def test_prompt_plus_output_over_the_context_is_refused_with_the_numbers(tmp_path, capsys):

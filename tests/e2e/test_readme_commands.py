@@ -32,7 +32,8 @@ pytestmark = pytest.mark.slow
 
 
 def readme_commands(text: str) -> list[str]:
-    """The `servelab ...` commands of the README's bash blocks, continuation lines joined, comments dropped."""
+    """The `servelab ...` commands of the README's bash blocks, continuation lines joined, comments
+    dropped."""
     out = []
     for block in re.findall(r"```bash\n(.*?)```", text, re.S):
         joined = re.sub(r"\\\n\s*", " ", block)
@@ -95,9 +96,14 @@ def test_every_simulator_command_in_the_readme_works_as_written(tmp_path):
             skipped.append((cmd, why))
             continue
         args = shlex.split(cmd)[1:]
-        subs = {"runs/<a>": pair[0], "runs/<baseline>": pair[0], "runs/<b>": pair[1], "runs/<candidate>": pair[1],
-                "runs/<run>": made.get("run", pair[0]),
-                "runs/<run-or-sweep>": made.get("sweep", made.get("run", pair[0]))}
+        subs = {
+            "runs/<a>": pair[0],
+            "runs/<baseline>": pair[0],
+            "runs/<b>": pair[1],
+            "runs/<candidate>": pair[1],
+            "runs/<run>": made.get("run", pair[0]),
+            "runs/<run-or-sweep>": made.get("sweep", made.get("run", pair[0])),
+        }
         args = [str(subs.get(a, a)) for a in args]
         assert not any("<" in a and ">" in a for a in args), f"unresolved placeholder in {cmd!r}"
         before = set(runs.iterdir()) if runs.exists() else set()

@@ -58,11 +58,17 @@ def test_report_renders_in_chromium(tmp_path, report):
 def test_grouped_sweep_with_scaling_and_a_quality_drop_renders(tmp_path):
     acc_a = {"setup": "A", "summary": {"accuracy": {"value": 0.8, "lo": 0.7, "hi": 0.87}, "correct": 80,
                                        "answered": 100}}
-    acc_b = {"setup": "B", "summary": {"accuracy": {"value": 0.6, "lo": 0.5, "hi": 0.69}, "correct": 60,
-                                       "answered": 100},
-             "vs_first_setup": {"flagged": True, "verdict": "quality drop", "diff": -0.2, "lo": -0.3, "hi": -0.1}}
-    d = write_grouped_sweep(tmp_path / "sweep", {"n1": ({"target": "sim:a@1"}, 4, 1), "n2": ({"target": "sim:a@2"}, 8, 2)},
-                            levels=(1, 4, 16), accuracy={"n1": acc_a, "n2": acc_b})
+    acc_b = {
+        "setup": "B",
+        "summary": {"accuracy": {"value": 0.6, "lo": 0.5, "hi": 0.69}, "correct": 60, "answered": 100},
+        "vs_first_setup": {"flagged": True, "verdict": "quality drop", "diff": -0.2, "lo": -0.3, "hi": -0.1},
+    }
+    d = write_grouped_sweep(
+        tmp_path / "sweep",
+        {"n1": ({"target": "sim:a@1"}, 4, 1), "n2": ({"target": "sim:a@2"}, 8, 2)},
+        levels=(1, 4, 16),
+        accuracy={"n1": acc_a, "n2": acc_b},
+    )
     dom = _chromium(tmp_path, "dom", "--dump-dom", write_sweep_report(d).resolve().as_uri())
     assert dom.returncode == 0, dom.stderr[-2000:]
     assert "target=sim:a@1: the knee is at concurrency 4" in dom.stdout
@@ -147,8 +153,22 @@ def reader_reports(tmp_path_factory):
     code, b = _cli(base / "runs", "run", *small, "--concurrency", "4", "--seed", "2", "--no-report")
     assert code == 0
     with _serve_in_thread(_not_found_app()) as url:
-        code, out["404"] = _cli(base / "runs", "run", "--target", f"{url}/v1", "--model", "m", "--requests", "12",
-                                "--concurrency", "2", "--input-tokens", "16", "--output-tokens", "8")
+        code, out["404"] = _cli(
+            base / "runs",
+            "run",
+            "--target",
+            f"{url}/v1",
+            "--model",
+            "m",
+            "--requests",
+            "12",
+            "--concurrency",
+            "2",
+            "--input-tokens",
+            "16",
+            "--output-tokens",
+            "8",
+        )
     assert code == 2  # nothing succeeded
     code, out["agent"] = _cli(base / "runs", "run", "--target", "sim", "--profile", "chat", "--sessions", "4",
                               "--max-sessions", "8")
@@ -213,7 +233,9 @@ def test_a_run_where_every_request_got_404_names_the_status(tmp_path, reader_rep
     errors = dom[dom.index('id="errors"'):]
     errors = errors[:errors.index("<h2", 5)]
     assert "12 of 12 requests failed (100%)" in errors
-    row = re.search(r"<tr><td[^>]*>HTTP error</td><td[^>]*>404</td><td[^>]*>(\d+)</td><td[^>]*>([^<]*)</td>", errors)
+    row = re.search(
+        r"<tr><td[^>]*>HTTP error</td><td[^>]*>404</td><td[^>]*>(\d+)</td><td[^>]*>([^<]*)</td>", errors
+    )
     assert row, errors[:3000]
     assert int(row.group(1)) >= 1 and "no route for model m" in html.unescape(row.group(2))
     assert dom.index('id="errors"') < dom.index('id="ttft"') if 'id="ttft"' in dom else True

@@ -66,11 +66,16 @@ def _same_work(one, two) -> None:
     a, b = one.summary, two.summary
     assert b["requests"]["sent"] == b["requests"]["ok"] == a["requests"]["ok"] == 24
     # prompts and lengths are drawn by global index: the shards sent exactly the one-process run's work
-    assert b["tokens"]["input"] == a["tokens"]["input"] and b["tokens"]["output"] == a["tokens"]["output"] == 24 * 8
+    assert (
+        b["tokens"]["input"] == a["tokens"]["input"]
+        and b["tokens"]["output"] == a["tokens"]["output"] == 24 * 8
+    )
     ra, rb = _rows(one), _rows(two)
     assert sorted(rb["request_id"]) == sorted(ra["request_id"]) == list(range(24))
     assert set(rb["worker"]) == {0, 1} and set(ra["worker"]) == {0}
-    by_worker = {w: sorted(i for i, x in zip(rb["request_id"], rb["worker"], strict=True) if x == w) for w in (0, 1)}
+    by_worker = {
+        w: sorted(i for i, x in zip(rb["request_id"], rb["worker"], strict=True) if x == w) for w in (0, 1)
+    }
     assert by_worker == {0: list(range(0, 24, 2)), 1: list(range(1, 24, 2))}
     # latencies are same-host differences: both runs see the same idle server, within noise
     assert 0.2 < b["metrics"]["e2e_ms"]["p50"] / a["metrics"]["e2e_ms"]["p50"] < 5
@@ -101,7 +106,9 @@ def test_a_killed_worker_is_recorded_and_the_run_finishes(server, tmp_path):
         "load": {"concurrency": 4}, "limits": {"requests": 80}, "telemetry": {"enabled": False},
         "out": str(tmp_path)})
     stop = threading.Event()
-    killer = threading.Thread(target=_kill_when_started, args=(tmp_path, "servelab-shard-1", stop), daemon=True)
+    killer = threading.Thread(
+        target=_kill_when_started, args=(tmp_path, "servelab-shard-1", stop), daemon=True
+    )
     killer.start()
     try:
         result = execute(cfg, report=False, executor=Executor(workers=2))
@@ -127,14 +134,17 @@ def ray_cluster():
 
 def test_ray_shards_on_a_local_cluster_do_the_one_process_work(server, tmp_path, ray_cluster):
     one = execute(_cfg(server.url, tmp_path / "one"), report=False)
-    two = execute(_cfg(server.url, tmp_path / "two"), report=False, executor=Executor(workers=2, ray_address=""))
+    two = execute(
+        _cfg(server.url, tmp_path / "two"), report=False, executor=Executor(workers=2, ray_address="")
+    )
     _same_work(one, two)
     import json
 
     shards = json.loads(two.run_dir.joinpath("manifest.json").read_text())["executor"]["shards"]
     assert [s["worker"] for s in shards] == [0, 1]
     assert all(s["clock_rtt_ns"] is not None and s["clock_rtt_ns"] > 0 for s in shards)
-    # one host: the offset is within the measurement's error bound (half the round trip), plus scheduling noise
+    # one host: the offset is within the measurement's error bound (half the round trip), plus scheduling
+    # noise
     assert all(abs(s["clock_offset_ns"]) <= s["clock_rtt_ns"] + 5_000_000 for s in shards)
 
 
@@ -164,7 +174,11 @@ def test_parallel_sweep_equals_the_serial_one_and_resumes(tmp_path):
     state = json.loads(path.read_text())
     state["points"][2].update(status="pending", summary=None)
     path.write_text(json.dumps(state))
-    mtimes = {p.name: (sweep_dir / p.name / "summary.json").stat().st_mtime_ns for p in sweep_dir.iterdir() if p.is_dir()}
+    mtimes = {
+        p.name: (sweep_dir / p.name / "summary.json").stat().st_mtime_ns
+        for p in sweep_dir.iterdir()
+        if p.is_dir()
+    }
     _, resumed = _sweep(tmp_path / "par", parallel=2, resume_dir=sweep_dir)
     assert _figures(resumed) == _figures(serial)
     rerun = [k for k, t in mtimes.items() if (sweep_dir / k / "summary.json").stat().st_mtime_ns != t]
@@ -182,13 +196,35 @@ def test_ctrl_c_at_the_coordinator_stops_every_worker_and_keeps_the_merged_resul
     import subprocess
     import sys
 
-    run = subprocess.Popen([sys.executable, "-m", "servelab.cli.main", "run", "--target", server.url,
-                            "--concurrency", "4", "--duration", "120", "--output-tokens", "64", "--workers", "2",
-                            "--out", str(tmp_path), "--no-report", "--json"],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    run = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "servelab.cli.main",
+            "run",
+            "--target",
+            server.url,
+            "--concurrency",
+            "4",
+            "--duration",
+            "120",
+            "--output-tokens",
+            "64",
+            "--workers",
+            "2",
+            "--out",
+            str(tmp_path),
+            "--no-report",
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # poll: both workers have journaled requests, so both are running
-        journals = [list(tmp_path.glob(f"*/{n}")) for n in ("requests.journal.jsonl", "requests.journal.w1.jsonl")]
+        journals = [
+            list(tmp_path.glob(f"*/{n}")) for n in ("requests.journal.jsonl", "requests.journal.w1.jsonl")
+        ]
         if all(j and j[0].read_bytes().count(b"\n") >= 2 for j in journals):
             break
         time.sleep(0.05)

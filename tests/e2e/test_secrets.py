@@ -53,8 +53,17 @@ def _grep(root: Path, needle: str) -> list[str]:
 FORMS = {
     "api-key header": lambda host: ["--target", f"http://{host}/v1", "--header", f"api-key: {SECRET}"],
     "x-api-key header": lambda host: ["--target", f"http://{host}/v1", "--header", f"x-api-key: {SECRET}"],
-    "authorization header": lambda host: ["--target", f"http://{host}/v1", f"--header=Authorization: Bearer {SECRET}"],
-    "auth token header": lambda host: ["--target", f"http://{host}/v1", "--header", f"X-Auth-Token: {SECRET}"],
+    "authorization header": lambda host: [
+        "--target",
+        f"http://{host}/v1",
+        f"--header=Authorization: Bearer {SECRET}",
+    ],
+    "auth token header": lambda host: [
+        "--target",
+        f"http://{host}/v1",
+        "--header",
+        f"X-Auth-Token: {SECRET}",
+    ],
     "cookie header": lambda host: ["--target", f"http://{host}/v1", "--header", f"Cookie: session={SECRET}"],
     "url userinfo": lambda host: ["--target", f"http://user:{SECRET}@{host}/v1"],
 }
@@ -84,12 +93,34 @@ def test_sweep_set_header_writes_no_secret(tmp_path, capsys):
 
 
 def test_the_secret_name_rule():
-    for name in ("Authorization", "Proxy-Authorization", "api-key", "x-api-key", "X-Goog-Api-Key", "Cookie",
-                 "X-Auth-Token", "access_token", "hf_token", "client_secret", "password", "target.headers.api-key"):
+    for name in (
+        "Authorization",
+        "Proxy-Authorization",
+        "api-key",
+        "x-api-key",
+        "X-Goog-Api-Key",
+        "Cookie",
+        "X-Auth-Token",
+        "access_token",
+        "hf_token",
+        "client_secret",
+        "password",
+        "target.headers.api-key",
+    ):
         assert is_secret_name(name), name
-    for name in ("X-Team", "tokenizer", "max_tokens", "input_tokens", "api_key_env", "session_id", "key", "model"):
+    for name in (
+        "X-Team",
+        "tokenizer",
+        "max_tokens",
+        "input_tokens",
+        "api_key_env",
+        "session_id",
+        "key",
+        "model",
+    ):
         assert not is_secret_name(name), name
     assert redact({"url": "https://u:p@h/v1", "n": {"token": 5}, "session_id": 3}) == {
         "url": "https://***@h/v1", "n": {"token": 5}, "session_id": 3}
-    assert redact_argv(["--header", "api-key: K", "--set", "target.headers.x-api-key=K", "-H", "X-Team: a"]) == [
-        "--header", "api-key: ***", "--set", "target.headers.x-api-key=***", "-H", "X-Team: a"]
+    assert redact_argv(
+        ["--header", "api-key: K", "--set", "target.headers.x-api-key=K", "-H", "X-Team: a"]
+    ) == ["--header", "api-key: ***", "--set", "target.headers.x-api-key=***", "-H", "X-Team: a"]

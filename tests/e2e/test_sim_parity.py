@@ -41,21 +41,56 @@ def _prompt(n_words: int) -> dict:
 
 # name -> (request fields, expected status, expected http status, error text that must appear)
 KINDS = {
-    "context_overflow": (dict(messages=_msg(10), max_tokens=200_000), HTTP_ERROR, 400, "maximum context length"),
-    "context_overflow_whole": (dict(messages=_msg(10), max_tokens=200_000, stream=False), HTTP_ERROR, 400,
-                               "maximum context length"),
-    "max_tokens_zero": (dict(messages=_msg(3), max_tokens=0), HTTP_ERROR, 400, "'max_tokens' must be at least 1"),
+    "context_overflow": (
+        dict(messages=_msg(10), max_tokens=200_000),
+        HTTP_ERROR,
+        400,
+        "maximum context length",
+    ),
+    "context_overflow_whole": (
+        dict(messages=_msg(10), max_tokens=200_000, stream=False),
+        HTTP_ERROR,
+        400,
+        "maximum context length",
+    ),
+    "max_tokens_zero": (
+        dict(messages=_msg(3), max_tokens=0),
+        HTTP_ERROR,
+        400,
+        "'max_tokens' must be at least 1",
+    ),
     "min_over_max": (dict(messages=_msg(3), max_tokens=2, min_tokens=9), HTTP_ERROR, 400, "'min_tokens' (9)"),
     "bad_role": (dict(messages=_msg(3, role="robot"), max_tokens=2), HTTP_ERROR, 400, "messages[0].role"),
-    "bad_temperature": (dict(messages=_msg(3), max_tokens=2, temperature=5.0), HTTP_ERROR, 400, "temperature"),
-    "kv_full_mid_stream": (dict(**_prompt(20), max_tokens=100, ignore_eos=True), HTTP_ERROR, 200,
-                           "error in stream: request needs 65 tokens of KV cache but the cache holds 64"),
-    "kv_full_before_first_token": (dict(**_prompt(80), max_tokens=10, ignore_eos=True), HTTP_ERROR, 200,
-                                   "error in stream: request needs 80 tokens of KV cache"),
-    "kv_full_whole": (dict(**_prompt(20), max_tokens=100, ignore_eos=True, stream=False), HTTP_ERROR, 500,
-                      "HTTP 500: "),
-    "context_overflow_completions": (dict(**_prompt(10), max_tokens=200_000), HTTP_ERROR, 400,
-                                     "However, you requested 200010 tokens (10 in the prompt"),
+    "bad_temperature": (
+        dict(messages=_msg(3), max_tokens=2, temperature=5.0),
+        HTTP_ERROR,
+        400,
+        "temperature",
+    ),
+    "kv_full_mid_stream": (
+        dict(**_prompt(20), max_tokens=100, ignore_eos=True),
+        HTTP_ERROR,
+        200,
+        "error in stream: request needs 65 tokens of KV cache but the cache holds 64",
+    ),
+    "kv_full_before_first_token": (
+        dict(**_prompt(80), max_tokens=10, ignore_eos=True),
+        HTTP_ERROR,
+        200,
+        "error in stream: request needs 80 tokens of KV cache",
+    ),
+    "kv_full_whole": (
+        dict(**_prompt(20), max_tokens=100, ignore_eos=True, stream=False),
+        HTTP_ERROR,
+        500,
+        "HTTP 500: ",
+    ),
+    "context_overflow_completions": (
+        dict(**_prompt(10), max_tokens=200_000),
+        HTTP_ERROR,
+        400,
+        "However, you requested 200010 tokens (10 in the prompt",
+    ),
 }
 
 FIELDS = ("request_id", "status", "http_status", "error", "finish_reason",
@@ -127,6 +162,12 @@ def test_mid_stream_failure_keeps_the_tokens_it_streamed(both):
     # A 20-token prompt; the cache holds 64 tokens: 65 - 20 = 45 tokens were produced (and streamed) before
     # the request could no longer be placed.
     assert len(sim.token_times_ns) == sim.est_completion_tokens == 45
-    assert sim.first_token_ns == sim.token_times_ns[0] < sim.token_times_ns[-1] == sim.last_token_ns <= sim.end_ns
+    assert (
+        sim.first_token_ns
+        == sim.token_times_ns[0]
+        < sim.token_times_ns[-1]
+        == sim.last_token_ns
+        <= sim.end_ns
+    )
     assert len(sim.output_text.split()) == 45
     assert sim.usage_completion_tokens is None and sim.finish_reason is None

@@ -213,7 +213,8 @@ async def test_stop_string_cuts_the_text(serve, http, stream, spanning):
     body = _chat("stop test", max_tokens=30, ignore_eos=True)
     async with http.post(srv.base_url + "/chat/completions", json=body) as r:
         full = (await r.json())["choices"][0]["message"]["content"]
-    # The text is the engine's filler for the request id (1 here, as in process): predictable, so the next one is too.
+    # The text is the engine's filler for the request id (1 here, as in process): predictable, so the next one
+    # is too.
     assert full == filler_text(30, engine.output_seed(SimRequest(rid=1, prompt_ids=[], max_tokens=30)))
     text = filler_text(30, engine.output_seed(SimRequest(rid=2, prompt_ids=[], max_tokens=30)))
     words = text.split()
@@ -276,7 +277,9 @@ async def test_invalid_json_body_is_400(serve, http):
 
 async def test_tokenize_vllm_and_llamacpp_styles_and_detokenize(serve, http):
     srv = await serve()
-    async with http.post(_root(srv) + "/tokenize", json={"model": "sim-tiny", "prompt": "alpha beta gamma"}) as r:
+    async with http.post(
+        _root(srv) + "/tokenize", json={"model": "sim-tiny", "prompt": "alpha beta gamma"}
+    ) as r:
         v = await r.json()
     assert v["count"] == 3 and len(v["tokens"]) == 3 and v["max_model_len"] > 0
     async with http.post(_root(srv) + "/tokenize", json={"content": "alpha beta gamma"}) as r:

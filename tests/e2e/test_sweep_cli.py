@@ -15,7 +15,10 @@ LOAD = ["--input-tokens", "256", "--output-tokens", "128", "--ignore-eos"]
 
 
 def _sweep(tmp_path, capsys, *args):
-    assert main(["sweep", "--target", TARGET, "--out", str(tmp_path), "--json", "--no-report", *LOAD, *args]) == 0
+    assert (
+        main(["sweep", "--target", TARGET, "--out", str(tmp_path), "--json", "--no-report", *LOAD, *args])
+        == 0
+    )
     return json.loads(capsys.readouterr().out)
 
 

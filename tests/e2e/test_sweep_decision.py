@@ -15,8 +15,20 @@ def _sweep(tmp_path, capsys, *args):
 
 
 def test_decision_table_prices_each_target_at_its_gpu_count(tmp_path, capsys):
-    state = _sweep(tmp_path, capsys, "--target", "sim:llama-3.1-8b@1xh100", "--target", "sim:llama-3.1-8b@2xh100,dp=2",
-                   "--concurrency", "2,8,32", "--requests", "96", "--gpu-hour-usd", "2.0")
+    state = _sweep(
+        tmp_path,
+        capsys,
+        "--target",
+        "sim:llama-3.1-8b@1xh100",
+        "--target",
+        "sim:llama-3.1-8b@2xh100,dp=2",
+        "--concurrency",
+        "2,8,32",
+        "--requests",
+        "96",
+        "--gpu-hour-usd",
+        "2.0",
+    )
     d = state["decision"]
     rows = {(r["target"], r["level"]): r for r in d["rows"]}
     assert {r["gpus"] for r in d["rows"]} == {1, 2} and len(rows) == 6
@@ -38,5 +50,9 @@ def test_max_num_seqs_sweep_reports_its_knee_and_the_split(tmp_path, capsys):
     assert g["axis"] == "max_num_seqs" and g["knee"]["level"] in (4.0, 16.0), g
     assert 0 < g["knee"]["bootstrap"]["share"] <= 1
     (sp,) = state["split"]
-    assert sp["axis"] == "max_num_seqs" and sp["interactive"] in (4.0, 16.0, 64.0) and sp["bulk"] == g["knee"]["level"]
+    assert (
+        sp["axis"] == "max_num_seqs"
+        and sp["interactive"] in (4.0, 16.0, 64.0)
+        and sp["bulk"] == g["knee"]["level"]
+    )
     assert "interactive endpoint: max_num_seqs" in sp["text"]

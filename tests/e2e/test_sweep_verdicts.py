@@ -72,9 +72,24 @@ def http_target():
 
 
 def test_ctrl_c_cuts_the_point_marks_it_interrupted_and_resume_reruns_it(http_target, tmp_path):
-    args = [sys.executable, "-m", "servelab.cli.main", "sweep", "--target", http_target, "--concurrency", "2,4",
-            "--output-tokens", "256", "--ignore-eos", "--input-tokens", "32", "--out", str(tmp_path),
-            "--no-report"]
+    args = [
+        sys.executable,
+        "-m",
+        "servelab.cli.main",
+        "sweep",
+        "--target",
+        http_target,
+        "--concurrency",
+        "2,4",
+        "--output-tokens",
+        "256",
+        "--ignore-eos",
+        "--input-tokens",
+        "32",
+        "--out",
+        str(tmp_path),
+        "--no-report",
+    ]
     proc = subprocess.Popen([*args, "--duration", "60"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60
     while not any(j.stat().st_size for j in tmp_path.glob("*/p000-*/requests*journal*")):

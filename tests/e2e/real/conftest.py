@@ -69,9 +69,14 @@ def require_engine(kind: str) -> Engine:
         if problem:
             reason = f"{kind} server at {url} is not healthy: {problem}"
     if reason is not None:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes") and env.get(f"SERVELAB_ALLOW_NO_{key}") != "1":
-            pytest.fail(f"CI needs a real {kind} server: {reason}. Set SERVELAB_ALLOW_NO_{key}=1 to allow skipping.",
-                        pytrace=False)
+        if (
+            os.environ.get("CI", "").lower() in ("1", "true", "yes")
+            and env.get(f"SERVELAB_ALLOW_NO_{key}") != "1"
+        ):
+            pytest.fail(
+                f"CI needs a real {kind} server: {reason}. Set SERVELAB_ALLOW_NO_{key}=1 to allow skipping.",
+                pytrace=False,
+            )
         pytest.skip(reason)
     assert url is not None
     return Engine(kind, url.rstrip("/"), env.get(f"SERVELAB_{key}_MODEL", ""), env)

@@ -14,9 +14,14 @@ from servelab.config import RunConfig, validate
 
 
 def run_config(url: str, model: str, out: Path, **sections: Any) -> RunConfig:
-    """A run config against ``url``: short timeouts, fast telemetry; ``sections`` replace/extend the defaults."""
+    """A run config against ``url``: short timeouts, fast telemetry; ``sections`` replace/extend the
+    defaults."""
     data: dict[str, Any] = {
-        "target": {"url": url, "model": model, "timeouts": {"connect_s": 5, "first_token_s": 60, "total_s": 120}},
+        "target": {
+            "url": url,
+            "model": model,
+            "timeouts": {"connect_s": 5, "first_token_s": 60, "total_s": 120},
+        },
         "telemetry": {"interval_s": 0.2, "nvml": False},
         "out": str(out),
         "seed": 1,

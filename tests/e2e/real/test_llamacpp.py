@@ -27,8 +27,10 @@ async def test_stream_non_stream_usage_and_tokenize(llamacpp):
     t = HttpTransport(TargetConfig(url=llamacpp.url, model=llamacpp.model), WallClock(), concurrency=2)
     try:
         msgs = [{"role": "user", "content": TEXT}]
-        recs = [await t.send(ModelRequest(request_id=i, messages=msgs, max_tokens=16, ignore_eos=True, stream=s))
-                for i, s in enumerate((True, False))]
+        recs = [
+            await t.send(ModelRequest(request_id=i, messages=msgs, max_tokens=16, ignore_eos=True, stream=s))
+            for i, s in enumerate((True, False))
+        ]
         probe = HttpProbe(probe_options(t.target), t.clock)
         n = await probe.count_tokens(TEXT)
         await probe.aclose()

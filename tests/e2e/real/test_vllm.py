@@ -30,8 +30,10 @@ async def test_stream_and_non_stream_usage(vllm):
     t = HttpTransport(TargetConfig(url=vllm.url, model=vllm.model), WallClock(), concurrency=2)
     try:
         msgs = [{"role": "user", "content": "the river runs past the old mill and the town square"}]
-        recs = [await t.send(ModelRequest(request_id=i, messages=msgs, max_tokens=24, ignore_eos=True, stream=s))
-                for i, s in enumerate((True, False))]
+        recs = [
+            await t.send(ModelRequest(request_id=i, messages=msgs, max_tokens=24, ignore_eos=True, stream=s))
+            for i, s in enumerate((True, False))
+        ]
     finally:
         await t.aclose()
     streamed, whole = recs
@@ -80,9 +82,28 @@ def test_prefix_cache_hits_only_on_a_shared_prefix(vllm, tmp_path):
 
 
 def test_cli_run_records_engine_facts(vllm, tmp_path):
-    rc = cli_main(["run", "--target", vllm.url, "--model", vllm.model, "--concurrency", "2", "--requests", "6",
-                   "--input-tokens", "32", "--output-tokens", "16", "--ignore-eos", "--out", str(tmp_path),
-                   "--json", "--no-report"])
+    rc = cli_main(
+        [
+            "run",
+            "--target",
+            vllm.url,
+            "--model",
+            vllm.model,
+            "--concurrency",
+            "2",
+            "--requests",
+            "6",
+            "--input-tokens",
+            "32",
+            "--output-tokens",
+            "16",
+            "--ignore-eos",
+            "--out",
+            str(tmp_path),
+            "--json",
+            "--no-report",
+        ]
+    )
     assert rc == 0
     (run_dir,) = [p.parent for p in tmp_path.glob("*/manifest.json")]
     m = manifest(run_dir)
@@ -108,8 +129,25 @@ def test_agent_profile_completes_tasks(vllm, tmp_path):
     follow[1]["output_tokens"] = {"kind": "lognormal", "median": 12, "sigma": 0.5, "min": 4, "max": 32}
     path = tmp_path / "chat-short.yaml"
     path.write_text(yaml.safe_dump(prof))
-    rc = cli_main(["run", "--target", vllm.url, "--model", vllm.model, "--profile", str(path), "--sessions", "2",
-                   "--max-sessions", "4", "--out", str(tmp_path / "runs"), "--json", "--no-report"])
+    rc = cli_main(
+        [
+            "run",
+            "--target",
+            vllm.url,
+            "--model",
+            vllm.model,
+            "--profile",
+            str(path),
+            "--sessions",
+            "2",
+            "--max-sessions",
+            "4",
+            "--out",
+            str(tmp_path / "runs"),
+            "--json",
+            "--no-report",
+        ]
+    )
     assert rc == 0
     (run_dir,) = [p.parent for p in (tmp_path / "runs").glob("*/manifest.json")]
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -125,16 +163,46 @@ def test_sweep_over_max_num_seqs_restarts_vllm(vllm, tmp_path, monkeypatch):
     if not (py and model_dir and Path(py).exists()):
         pytest.fail(f"the engines env names no vLLM python/model dir ({py!r}, {model_dir!r})")
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
-    cmd = (f"{py} -m vllm.entrypoints.openai.api_server --model {model_dir} --served-model-name {vllm.model} "
-           f"--host 127.0.0.1 --port {SWEEP_PORT} -O0 --enable-prefix-caching --max-num-seqs {{max_num_seqs}} "
-           "--max-model-len 2048 --dtype bfloat16")
+    cmd = (
+        f"{py} -m vllm.entrypoints.openai.api_server --model {model_dir} --served-model-name {vllm.model} "
+        f"--host 127.0.0.1 --port {SWEEP_PORT} -O0 --enable-prefix-caching --max-num-seqs {{max_num_seqs}} "
+        "--max-model-len 2048 --dtype bfloat16"
+    )
     cfg = tmp_path / "sweep.yaml"
     cfg.write_text(yaml.safe_dump({"telemetry": {"interval_s": 0.2, "nvml": False}}))
     url = f"http://127.0.0.1:{SWEEP_PORT}/v1"
-    rc = cli_main(["sweep", "--config", str(cfg), "--target", url, "--model", vllm.model, "--concurrency", "4",
-                   "--set", "max_num_seqs=1,4", "--requests", "16", "--input-tokens", "32", "--output-tokens", "64",
-                   "--ignore-eos", "--server-cmd", cmd, "--health-url", f"http://127.0.0.1:{SWEEP_PORT}/health",
-                   "--startup-timeout", "240", "--out", str(tmp_path / "sweeps"), "--json", "--no-report"])
+    rc = cli_main(
+        [
+            "sweep",
+            "--config",
+            str(cfg),
+            "--target",
+            url,
+            "--model",
+            vllm.model,
+            "--concurrency",
+            "4",
+            "--set",
+            "max_num_seqs=1,4",
+            "--requests",
+            "16",
+            "--input-tokens",
+            "32",
+            "--output-tokens",
+            "64",
+            "--ignore-eos",
+            "--server-cmd",
+            cmd,
+            "--health-url",
+            f"http://127.0.0.1:{SWEEP_PORT}/health",
+            "--startup-timeout",
+            "240",
+            "--out",
+            str(tmp_path / "sweeps"),
+            "--json",
+            "--no-report",
+        ]
+    )
     assert rc == 0
     (sweep_json,) = (tmp_path / "sweeps").glob("*/sweep.json")
     state = json.loads(sweep_json.read_text())
