@@ -13,7 +13,7 @@ the same as a ``max_n`` one and its interval is not artificially wide.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,22 +58,31 @@ def percentile_summary(values: np.ndarray | Sequence[float], percentiles: Iterab
     return out
 
 
+def _replicates(a: np.ndarray, stat: Callable[[np.ndarray], np.ndarray], width: int, resamples: int,
+                max_n: int, rng: np.random.Generator) -> tuple[np.ndarray, float]:
+    """The one resampling engine: ``stat`` of each resample, shape ``(resamples, width)`` (``stat`` maps a
+    ``(k, m)`` block of resamples to ``(k, width)``), drawn in chunks of about a million values, and the
+    spread scale (``sqrt(m / n)``; 1 when the whole sample is resampled, ``m = min(n, max_n)``)."""
+    n = a.size
+    m = min(n, max_n)
+    rows = max(1, _CHUNK_ELEMENTS // m)
+    reps = np.empty((resamples, width), dtype=np.float64)
+    done = 0
+    while done < resamples:
+        k = min(rows, resamples - done)
+        idx = rng.integers(0, n, size=(k, m))
+        reps[done:done + k] = stat(a[idx])
+        done += k
+    return reps, math.sqrt(m / n)
+
+
 def _bootstrap_distribution(
     a: np.ndarray, percentiles: Sequence[float], resamples: int, max_n: int, rng: np.random.Generator
 ) -> tuple[np.ndarray, float]:
     """Bootstrap replicates of each percentile, shape ``(resamples, len(percentiles))``, and the
     spread scale (``sqrt(m / n)``; 1 when the whole sample is resampled)."""
-    n = a.size
-    m = min(n, max_n)
-    rows = max(1, _CHUNK_ELEMENTS // m)
-    reps = np.empty((resamples, len(percentiles)), dtype=np.float64)
-    done = 0
-    while done < resamples:
-        k = min(rows, resamples - done)
-        idx = rng.integers(0, n, size=(k, m))
-        reps[done:done + k] = np.percentile(a[idx], percentiles, axis=1).T
-        done += k
-    return reps, math.sqrt(m / n)
+    return _replicates(a, lambda x: np.percentile(x, percentiles, axis=1).T, len(percentiles), resamples,
+                       max_n, rng)
 
 
 def bootstrap_ci(
@@ -137,6 +146,36 @@ def bootstrap_diff_ci(
     lo, hi = np.percentile(db - da, [100 * alpha, 100 * (1 - alpha)])
     diff = pb_ - pa_
     return {"diff": diff, "lo": float(lo), "hi": float(hi), "rel": None if pa_ == 0 else diff / pa_}
+
+
+def bootstrap_mean_diff_ci(
+    a: np.ndarray | Sequence[float],
+    b: np.ndarray | Sequence[float],
+    *,
+    confidence: float = DEFAULT_CONFIDENCE,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+) -> dict[str, float | None]:
+    """Bootstrap CI of ``mean(b) - mean(a)`` for two independent samples (whole-sample resamples; a share
+    such as the failure rate is the mean of 0/1 values): ``{"diff", "lo", "hi", "rel"}``, ``rel`` relative
+    to ``mean(a)`` (None when that is 0). All None with fewer than 2 finite values on a side."""
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    xa, xb = _clean(a), _clean(b)
+    if xa.size < 2 or xb.size < 2:
+        return {"diff": None, "lo": None, "hi": None, "rel": None}
+    rng = np.random.default_rng(seed)
+
+    def means(x: np.ndarray) -> np.ndarray:
+        return x.mean(axis=1)[:, None]
+
+    ma, _ = _replicates(xa, means, 1, resamples, xa.size, rng)
+    mb, _ = _replicates(xb, means, 1, resamples, xb.size, rng)
+    alpha = (1 - confidence) / 2
+    lo, hi = np.percentile(mb[:, 0] - ma[:, 0], [100 * alpha, 100 * (1 - alpha)])
+    diff = float(xb.mean() - xa.mean())
+    mean_a = float(xa.mean())
+    return {"diff": diff, "lo": float(lo), "hi": float(hi), "rel": diff / mean_a if mean_a else None}
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,63 @@
+"""One bootstrap engine (analysis.stats._replicates) behind every resampled interval: percentiles (summary,
+compare, gateway) and means (compare's failure rate)."""
+
+import numpy as np
+import pytest
+
+from servelab.analysis import stats
+from servelab.analysis.compare import compare_figures
+from servelab.analysis.stats import bootstrap_ci, bootstrap_mean_diff_ci
+from servelab.records.schema import HTTP_ERROR, OK, RequestRecord
+
+
+def test_mean_diff_hand_worked():
+    # Constant samples: every resample has the same mean, so the interval has zero width at the difference.
+    r = bootstrap_mean_diff_ci([0.25] * 8, [0.75] * 6, resamples=200)
+    assert r == {"diff": 0.5, "lo": 0.5, "hi": 0.5, "rel": 2.0}
+    assert bootstrap_mean_diff_ci([0.0] * 4, [1.0] * 4, resamples=50)["rel"] is None  # no change from 0
+    assert bootstrap_mean_diff_ci([1.0], [1.0, 2.0])["lo"] is None  # fewer than 2 values on a side
+    with pytest.raises(ValueError, match="confidence"):
+        bootstrap_mean_diff_ci([1.0, 2.0], [1.0, 2.0], confidence=1.0)
+
+
+def test_mean_diff_interval_covers_the_difference_and_is_seeded():
+    rng = np.random.default_rng(1)
+    a, b = (rng.random(400) < 0.05).astype(float), (rng.random(400) < 0.15).astype(float)
+    r = bootstrap_mean_diff_ci(a, b, resamples=500, seed=3)
+    assert r["lo"] < r["diff"] < r["hi"] and r["lo"] > 0  # 5% vs 15% of 400: clearly apart
+    assert bootstrap_mean_diff_ci(a, b, resamples=500, seed=3) == r
+
+
+def _recs(n: int, fail_every: int) -> list[RequestRecord]:
+    out = []
+    for i in range(n):
+        t = i * 1_000_000_000
+        if fail_every and i % fail_every == 0:
+            out.append(RequestRecord(request_id=i, status=HTTP_ERROR, intended_ns=t, sent_ns=t, end_ns=t + 5))
+            continue
+        times = [t + 50_000_000 + k * 10_000_000 for k in range(5)]
+        out.append(RequestRecord(request_id=i, status=OK, intended_ns=t, sent_ns=t, first_token_ns=times[0],
+                                 last_token_ns=times[-1], end_ns=times[-1], token_times_ns=times,
+                                 usage_completion_tokens=5, est_completion_tokens=5))
+    return out
+
+
+def test_every_interval_goes_through_the_one_engine(monkeypatch):
+    calls: list[tuple[str, int]] = []
+    real = stats._replicates
+
+    def spy(a, stat, width, *args):
+        calls.append((stat.__name__, width))
+        return real(a, stat, width, *args)
+
+    monkeypatch.setattr(stats, "_replicates", spy)
+    bootstrap_ci(np.arange(50.0), (50, 99))
+    assert calls == [("<lambda>", 2)]  # two percentiles at once
+    calls.clear()
+    rows = {r["figure"]: r for r in compare_figures(_recs(60, 10), _recs(60, 4), resamples=100)}
+    assert calls.count(("means", 1)) == 2  # the failure rate: one mean per run
+    assert calls.count(("<lambda>", 1)) == 2 * 4 * 3  # A and B x 4 latency metrics x p50/p95/p99
+    fr = rows["failure rate"]
+    assert fr["a"] == pytest.approx(6 / 60) and fr["b"] == pytest.approx(15 / 60)
+    direct = bootstrap_mean_diff_ci(np.r_[[1.0] * 6, [0.0] * 54], np.r_[[1.0] * 15, [0.0] * 45])
+    assert fr["diff"] == pytest.approx(direct["diff"])
