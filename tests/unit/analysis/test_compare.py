@@ -83,6 +83,19 @@ def test_workload_and_batch_policy_differences_are_seen():
     assert {r["dimension"]: r["status"] for r in manifest_diff([_manifest(), c])}["gpu"] == "unknown"
 
 
+def test_a_mixed_traffic_run_differs_in_workload_from_a_plain_run():
+    # --mix leaves config.workload and config.load at their defaults: the classes must be seen
+    m = copy.deepcopy(_manifest())
+    m["config"]["mix"] = [{"workload": "chat", "concurrency": 16}, {"workload": "batch-summarize",
+                                                                    "concurrency": 64}]
+    by = {r["dimension"]: r["status"] for r in manifest_diff([_manifest(), m])}
+    assert by["prompts"] == "differs"
+    n = copy.deepcopy(m)
+    n["config"]["mix"][1]["concurrency"] = 32
+    assert {r["dimension"]: r["status"] for r in manifest_diff([m, n])}["prompts"] == "differs"
+    assert {r["dimension"]: r["status"] for r in manifest_diff([m, copy.deepcopy(m)])}["prompts"] == "same"
+
+
 def _records(n: int, ttft_ms: float, itl_ms: float, seed: int, tokens: int = 20, fail_every: int = 0):
     rng = np.random.default_rng(seed)
     recs = []
