@@ -26,7 +26,7 @@ from servelab.analysis.metrics import (
     scope_mask,
     unit_of,
 )
-from servelab.analysis.stats import RateSample, bootstrap_diff_ci, rate_diff_ci
+from servelab.analysis.stats import RateSample, bootstrap_diff_ci, bootstrap_mean_diff_ci, rate_diff_ci
 from servelab.errors import ComparisonError, ConfigError
 from servelab.records.schema import CANCELLED
 from servelab.records.summary import dig as _dig
@@ -248,15 +248,6 @@ def _rate_buckets(s: Mapping[str, np.ndarray], buckets: int) -> np.ndarray:
     return per / ((t1 - t0) / buckets)
 
 
-def _boot_means(x: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray:
-    rows = max(1, (1 << 20) // x.size)  # bounded memory: about a million values per chunk
-    out = np.empty(resamples)
-    for i in range(0, resamples, rows):
-        k = min(rows, resamples - i)
-        out[i:i + k] = x[rng.integers(0, x.size, size=(k, x.size))].mean(axis=1)
-    return out
-
-
 def rate_inputs(s: Mapping[str, np.ndarray], what: str = "req_tokens") -> RateSample | None:
     """The per-request inputs of a throughput figure (``what``: ``req_tokens`` for output tokens/s,
     ``req_ok`` for requests/s), or None when the samples lack them or the window is empty."""
@@ -336,20 +327,9 @@ def compare_figures(a: Any, b: Any, *, percentiles: Sequence[float] = (50, 95, 9
                           noise_floor))
     rows.append(_rate_row("requests/s", "requests_per_s", sa, sb, "req_ok", resamples, seed, noise_floor))
     fa, fb = sa["failed"], sb["failed"]
-    ci = _bootstrap_mean_diff(fa, fb, resamples, seed)
+    ci = bootstrap_mean_diff_ci(fa, fb, resamples=resamples, seed=seed)
     rows.append({"figure": "failure rate", "unit": unit_of("failure_rate"),
                  "a": float(fa.mean()) if fa.size else None,
                  "b": float(fb.mean()) if fb.size else None, **ci, "n": (int(fa.size), int(fb.size)),
                  "verdict": _verdict(ci, "failure_rate", (fa.size, fb.size), noise_floor=noise_floor)})
     return rows
-
-
-def _bootstrap_mean_diff(a: np.ndarray, b: np.ndarray, resamples: int, seed: int) -> dict[str, float | None]:
-    a, b = a[np.isfinite(a)], b[np.isfinite(b)]
-    if a.size < 2 or b.size < 2:
-        return {"diff": None, "lo": None, "hi": None, "rel": None}
-    rng = np.random.default_rng(seed)
-    ma, mb = _boot_means(a, resamples, rng), _boot_means(b, resamples, rng)
-    lo, hi = np.percentile(mb - ma, [2.5, 97.5])
-    diff = float(b.mean() - a.mean())
-    return {"diff": diff, "lo": float(lo), "hi": float(hi), "rel": diff / a.mean() if a.mean() else None}
