@@ -13,7 +13,9 @@ Two tables, each split into a FITTING set and a CHECK set before anything was fi
    fitting rows (least squared log error) and prints them for ``sim/catalog/hardware.yaml``.
 
 Error is (predicted - reference) / reference; slices print median and max |error| and the sign of the median.
-The published set has no TTFT/TPOT figures (calibration.md lists throughput only): those slices are empty.
+Table 1 also runs the 54 check rows of benchmarks/fidelity_cases.yaml (TensorRT-LLM perf overviews, vLLM at
+its defaults, TTFT/TPOT at concurrency 4, AMD MI300X batch latencies; sources and conditions per row),
+sliced by model kind x hardware family x engine x metric (throughput, TTFT, TPOT, latency).
 
     PYTHONPATH=src python benchmarks/sim_fidelity.py [--fit] [--no-published]
 """
@@ -131,13 +133,14 @@ def fit_family(rows: list[dict], base: Family) -> Family:
 def slice_table(title: str, items: list[tuple[str, str, float]]) -> None:
     """items: (slice, set, error)."""
     print(f"\n{title}")
-    print(f"{'slice':<44} {'set':<6} {'n':>3} {'median |err|':>13} {'max |err|':>10} {'sign':>5}")
+    print(f"{'slice':<48} {'set':<6} {'n':>3} {'median |err|':>13} {'max |err|':>10} {'sign':>5}")
     keys = sorted({(s, k) for s, k, _ in items})
     for s, k in keys:
         errs = [e for s2, k2, e in items if (s2, k2) == (s, k)]
         med = statistics.median(abs(e) for e in errs)
         sign = "+" if statistics.median(errs) > 0 else "-"
-        print(f"{s:<44} {k:<6} {len(errs):>3} {100 * med:>12.1f}% {100 * max(abs(e) for e in errs):>9.1f}% {sign:>5}")
+        worst = 100 * max(abs(e) for e in errs)
+        print(f"{s:<48} {k:<6} {len(errs):>3} {100 * med:>12.1f}% {worst:>9.1f}% {sign:>5}")
 
 
 def grid_report(rows: list[dict], fams: dict[str, Family]) -> None:
@@ -153,22 +156,52 @@ def grid_report(rows: list[dict], fams: dict[str, Family]) -> None:
           f"over {len(check)} rows")
 
 
+def _metric_class(metric: str) -> str:
+    return {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "batch_latency_s": "latency"}.get(metric, "throughput")
+
+
 def published(backends: list[str]) -> None:
+    import fidelity_cases as fc  # the check rows beyond calibration.md (benchmarks/fidelity_cases.yaml)
     import sim_calibration as cal  # the case set-ups, from the published configurations
+    from servelab.errors import DeploymentError
+    from servelab.sim.stepcost import make_step_cost
 
     items = []
-    print("\npublished results (facts/calibration.md)")
-    print(f"{'id':<5} {'set':<6} {'backend':<9} {'figure':<58} {'published':>10} {'sim':>10} {'error':>8}")
+    print("\npublished results (facts/calibration.md C-1..C-4; benchmarks/fidelity_cases.yaml, all check rows)")
+    print(f"{'id':<5} {'set':<6} {'backend':<9} {'figure':<72} {'published':>10} {'sim':>10} {'error':>8}")
+
+    def row(cid: str, st: str, backend: str, what: str, pub: float, pred: float | None) -> float | None:
+        if pred is None:
+            print(f"{cid:<5} {st:<6} {backend:<9} {what[:72]:<72} {pub:>10,.2f} {'-':>10}   (not covered)")
+            return None
+        err = pred / pub - 1
+        print(f"{cid:<5} {st:<6} {backend:<9} {what[:72]:<72} {pub:>10,.2f} {pred:>10,.2f} {100 * err:>+7.1f}%")
+        return err
+
+    _, cases = fc.load()
     for backend in backends:
         for cid, kind, hwfam, eng, what, pub, pred in cal.cases_for_backend(backend):
             st = "fit" if cid in ("C-1", "C-2") else "check"
-            if pred is None:
-                print(f"{cid:<5} {st:<6} {backend:<9} {what:<58} {pub:>10,.0f} {'-':>10}   (not covered)")
+            err = row(cid, st, backend, what, pub, pred)
+            if err is not None:
+                items.append((f"{backend} {kind} {hwfam} {eng} throughput", st, err))
+        for c in cases:
+            dep = fc.deployment(c, backend)
+            try:
+                make_step_cost(dep)  # backend=silicon raises where the measured data does not cover dep
+            except DeploymentError:
+                row(c.id, c.set, backend, c.what, c.published, None)
                 continue
-            err = pred / pub - 1
-            print(f"{cid:<5} {st:<6} {backend:<9} {what:<58} {pub:>10,.0f} {pred:>10,.0f} {100 * err:>+7.1f}%")
-            items.append((f"{backend} {kind} {hwfam} {eng} throughput", st, err))
+            err = row(c.id, c.set, backend, c.what, c.published, fc.simulate(c, dep))
+            eng = dep.profile.name if dep.profile else "none"
+            slice_name = f"{backend} {fc.kind_of(dep)} {fc.family_of(dep)} {eng} {_metric_class(c.metric)}"
+            items.append((slice_name, c.set, err))
     slice_table("published results by slice", items)
+    for backend in backends:
+        check = [abs(e) for s, k, e in items if k == "check" and s.startswith(backend)]
+        if check:
+            print(f"{backend} check set overall: median |err| {100 * statistics.median(check):.1f}%, "
+                  f"max {100 * max(check):.1f}% over {len(check)} rows")
 
 
 def main() -> None:
