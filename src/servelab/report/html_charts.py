@@ -146,15 +146,31 @@ def client_section(page: Page, run: RunData) -> None:
                lambda p: charts.over_time(panels, p, xlabel="seconds since the first request was sent"))
 
 
+def server_series(tel: pa.Table) -> dict[str, dict[int, float]]:
+    """name -> {t_ns: value}: at each instant the total over label sets (GPUs, engines), except KV cache
+    usage, a fraction per engine, which is their mean. One metric under two raw names (vLLM's
+    kv_cache_usage_perc and its deprecated gpu_cache_usage_perc) counts once: the first name seen."""
+    t_ns, names, values = _col(tel, "t_ns"), _col(tel, "name"), _col(tel, "value")
+    raws, labels = _col(tel, "raw_name"), _col(tel, "labels")
+    first_raw: dict[tuple[str, Any], Any] = {}
+    cells: dict[str, dict[int, dict[Any, float]]] = {}
+    for t, nm, v, raw, lab in zip(t_ns, names, values, raws, labels, strict=True):
+        if nm is None or v is None or t is None:
+            continue
+        if first_raw.setdefault((nm, lab), raw) != raw:
+            continue  # an alias of a series already read
+        cells.setdefault(nm, {}).setdefault(t, {})[lab] = float(v)
+    out: dict[str, dict[int, float]] = {}
+    for nm, per_t in cells.items():
+        agg = (lambda xs: sum(xs) / len(xs)) if nm == "kv_cache_usage" else sum
+        out[nm] = {t: agg(list(vals.values())) for t, vals in per_t.items()}
+    return out
+
+
 def server_section(page: Page, tel: pa.Table | None) -> None:
     if tel is None or tel.num_rows == 0:
         return
-    d = tel.select(["t_ns", "name", "value"]).to_pydict()
-    by: dict[str, dict[int, float]] = {}
-    for t, nm, v in zip(d["t_ns"], d["name"], d["value"], strict=True):
-        if nm is not None and v is not None:
-            by.setdefault(nm, {}).setdefault(t, 0.0)
-            by[nm][t] += float(v)  # several label sets (GPUs, engines): the total at each instant
+    by = server_series(tel)
     names = [n for n in _SERVER if n in by]
     if not names:
         return
@@ -169,9 +185,6 @@ def server_section(page: Page, tel: pa.Table | None) -> None:
             small.append(f"{title}: {len(ts)} sample(s), mean {sig(float(np.mean(vals)))} {unit}, max "
                          f"{sig(max(vals))} {unit}")
             continue
-        if n == "kv_cache_usage":  # the gauge is a fraction; several engines sum above 1: show the mean
-            k = max(1.0, max(by[n].values()))
-            scale = scale / k if k > 1.0 else scale
         panels.append({"title": title, "unit": unit, "top": top, "t": [(t - t_min) / 1e9 for t in ts],
                        "v": [by[n][t] * scale for t in ts]})
     if small:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from matplotlib.colors import to_hex
 
 from servelab.report import charts
@@ -51,3 +52,23 @@ def test_timeline_caption_names_the_failed_colour_only_when_requests_failed(tmp_
         text = "".join(page.parts)
         assert "blue: decoding" in text
         assert ("dark red: failed" in text) is says
+
+
+def test_server_series_counts_an_aliased_metric_once_and_averages_kv_usage_over_engines():
+    import pyarrow as pa
+
+    from servelab.report.html_charts import server_series
+
+    rows = []
+    for t, kv0, kv1 in ((0, 0.2, 0.4), (5, 0.3, 0.5)):
+        for raw in ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"):  # one gauge, two names
+            rows += [(t, "kv_cache_usage", raw, '{"engine":"0"}', kv0),
+                     (t, "kv_cache_usage", raw, '{"engine":"1"}', kv1)]
+        rows += [(t, "requests_running", "vllm:num_requests_running", '{"engine":"0"}', 3.0),
+                 (t, "requests_running", "vllm:num_requests_running", '{"engine":"1"}', 4.0)]
+    cols = ("t_ns", "name", "raw_name", "labels", "value")
+    tel = pa.table({k: [r[i] for r in rows] for i, k in enumerate(cols)})
+    got = server_series(tel)
+    # KV: the mean of the two engines (0.2 and 0.4 -> 0.3), not the sum over both names (1.2)
+    assert got["kv_cache_usage"] == {0: pytest.approx(0.3), 5: pytest.approx(0.4)}
+    assert got["requests_running"] == {0: 7.0, 5: 7.0}  # running requests add up over engines
