@@ -25,19 +25,33 @@ TARGET_PER_S = 100.0
 
 
 def session_spec(turns: int) -> SessionConfig:
-    return SessionConfig.model_validate({
-        "name": "bench", "system_tokens": 500, "user_tokens": 200,
-        "steps": [
-            {"kind": "repeat", "count": turns - 1, "steps": [
-                {"kind": "model", "output_tokens": {"kind": "lognormal", "median": 64, "sigma": 0.3, "max": 256}},
-                {"kind": "tool", "duration_s": {"kind": "lognormal", "median": 2.0, "sigma": 0.5, "max": 20},
-                 "result_tokens": {"kind": "lognormal", "median": 100, "sigma": 0.5, "max": 1000},
-                 "failure_prob": 0.02},
-            ]},
-            {"kind": "model", "output_tokens": 64},
-        ],
-        "policy": {"retry": {"max_retries": 1, "backoff_s": 0.5}, "correction": {"enabled": True}},
-    })
+    return SessionConfig.model_validate(
+        {
+            "name": "bench",
+            "system_tokens": 500,
+            "user_tokens": 200,
+            "steps": [
+                {
+                    "kind": "repeat",
+                    "count": turns - 1,
+                    "steps": [
+                        {
+                            "kind": "model",
+                            "output_tokens": {"kind": "lognormal", "median": 64, "sigma": 0.3, "max": 256},
+                        },
+                        {
+                            "kind": "tool",
+                            "duration_s": {"kind": "lognormal", "median": 2.0, "sigma": 0.5, "max": 20},
+                            "result_tokens": {"kind": "lognormal", "median": 100, "sigma": 0.5, "max": 1000},
+                            "failure_prob": 0.02,
+                        },
+                    ],
+                },
+                {"kind": "model", "output_tokens": 64},
+            ],
+            "policy": {"retry": {"max_retries": 1, "backoff_s": 0.5}, "correction": {"enabled": True}},
+        }
+    )
 
 
 class NullTransport:
@@ -48,9 +62,17 @@ class NullTransport:
 
     async def send(self, req: ModelRequest) -> RequestRecord:
         t = self.clock.now()
-        return RequestRecord(request_id=req.request_id, session_id=req.session_id, turn=req.turn,
-                             attempt=req.attempt, status=OK, sent_ns=t, end_ns=t,
-                             usage_prompt_tokens=req.est_prompt_tokens, usage_completion_tokens=req.max_tokens)
+        return RequestRecord(
+            request_id=req.request_id,
+            session_id=req.session_id,
+            turn=req.turn,
+            attempt=req.attempt,
+            status=OK,
+            sent_ns=t,
+            end_ns=t,
+            usage_prompt_tokens=req.est_prompt_tokens,
+            usage_completion_tokens=req.max_tokens,
+        )
 
     async def count_tokens(self, text: str) -> None:
         return None
@@ -109,7 +131,9 @@ def main() -> None:
             print(f"{kind:10} unavailable: {e}")
             continue
         rate = a.sessions / wall
-        print(f"{kind:10} {wall:8.2f} {virt:10.1f} {ok:6d} {reqs:9d} {rate:11.1f} {rate / TARGET_PER_S:9.2f}x")
+        print(
+            f"{kind:10} {wall:8.2f} {virt:10.1f} {ok:6d} {reqs:9d} {rate:11.1f} {rate / TARGET_PER_S:9.2f}x"
+        )
     print(f"target: {TARGET_PER_S:.0f} sessions/s on one core (sim row); the null row is the executor alone")
 
 

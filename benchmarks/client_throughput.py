@@ -11,10 +11,10 @@ CPU time (time.process_time) is what is charged to it:
   (d) vllm      - `vllm bench serve`, when vllm is importable
 
 Cases: streaming at concurrency 64 and 256; streamed /v1/completions (``"text"`` chunks) against streamed
-chat, both servelab, concurrency 64 (``--cases completions``; ratio target ~1); non-streamed (CPU per request, target <= 0.5 ms); TTFT
-accuracy (the server waits 50 ms before the first token; p99 of |measured TTFT - 50 ms| at concurrency
-256, target <= 2 ms). The headline ratio is servelab's tokens per client CPU second over the
-reference's (target >= 0.6).
+chat, both servelab, concurrency 64 (``--cases completions``; ratio target ~1); non-streamed (CPU per request,
+target <= 0.5 ms); TTFT accuracy (the server waits 50 ms before the first token; p99 of |measured TTFT - 50
+ms| at concurrency 256, target <= 2 ms). The headline ratio is servelab's tokens per client CPU second over
+the reference's (target >= 0.6).
 
     PYTHONPATH=src python benchmarks/client_throughput.py [--duration 5] [--quick]
 """
@@ -81,8 +81,10 @@ def _json_response() -> bytes:
         "choices": [{"index": 0, "message": {"role": "assistant", "content": "word " * TOKENS},
                      "logprobs": None, "finish_reason": "length"}],
         "usage": {"prompt_tokens": 64, "completion_tokens": TOKENS, "total_tokens": 64 + TOKENS}})
-    return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\nServer: bench\r\n\r\n"
-            % len(body)) + body
+    return (
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\nServer: bench\r\n\r\n"
+        % len(body)
+    ) + body
 
 
 class _ServerProto(asyncio.Protocol):
@@ -110,8 +112,9 @@ class _ServerProto(asyncio.Protocol):
         if url.startswith(b"/json"):
             self.t.write(self.json_body)
         elif url.startswith(b"/ttft"):
-            asyncio.get_running_loop().create_task(self._stream(self.ttft_chunks, self.ttft_tail, TTFT_DELAY_S,
-                                                                stamp=True))
+            asyncio.get_running_loop().create_task(
+                self._stream(self.ttft_chunks, self.ttft_tail, TTFT_DELAY_S, stamp=True)
+            )
         elif url.endswith(b"/v1/completions"):
             asyncio.get_running_loop().create_task(self._stream(self.text_chunks, self.tail, 0.0))
         else:
@@ -168,7 +171,9 @@ async def _workers(n: int, duration: float, one: Callable) -> None:
     await asyncio.gather(*(worker() for _ in range(n)))
 
 
-async def _run_servelab(url: str, n: int, duration: float, stream: bool, res: Result, api: str = "chat") -> None:
+async def _run_servelab(
+    url: str, n: int, duration: float, stream: bool, res: Result, api: str = "chat"
+) -> None:
     from servelab.clock import WallClock
     from servelab.config.models import TargetConfig
     from servelab.transport.base import ModelRequest
@@ -397,7 +402,10 @@ def _report(ctx, base: str, duration: float, rounds: int, concurrencies: list[in
 def _streaming(ctx, base: str, duration: float, rounds: int, concurrencies: list[int]) -> None:
     print(f"streaming: {TOKENS} tokens/request, zero-delay server in a separate process, "
           f"{duration:g} s per run, median of {rounds} interleaved round(s)")
-    hdr = f"{'client':<10} {'conc':>5} {'req/s':>8} {'tok/s':>10} {'CPU ms/req':>11} {'tok/CPU-s':>11} {'fail':>5}"
+    hdr = (
+        f"{'client':<10} {'conc':>5} {'req/s':>8} {'tok/s':>10} {'CPU ms/req':>11} {'tok/CPU-s':>11} "
+        f"{'fail':>5}"
+    )
     print(hdr)
     print("-" * len(hdr))
     names = list(CLIENTS)
@@ -408,7 +416,9 @@ def _streaming(ctx, base: str, duration: float, rounds: int, concurrencies: list
             print(f"{name:<10} {n:>5} {r['requests'] / r['wall_s']:>8.1f} {r['tokens'] / r['wall_s']:>10.0f} "
                   f"{1e3 * r['cpu_s'] / max(1, r['requests']):>11.3f} {per_core[(name, n)]:>11.0f} "
                   f"{r['failed']:>5}")
-    vllm = "installed (run `vllm bench serve` by hand)" if importlib.util.find_spec("vllm") else "not installed"
+    vllm = (
+        "installed (run `vllm bench serve` by hand)" if importlib.util.find_spec("vllm") else "not installed"
+    )
     print(f"{'vllm':<10}  {vllm}")
     for n in concurrencies:
         ratio = per_core[("servelab", n)] / per_core[("reference", n)]

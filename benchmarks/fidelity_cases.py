@@ -65,10 +65,24 @@ def load(path: Path = CASES) -> tuple[dict, list[Case]]:
             raise ValueError(f"{row['id']}: unknown metric {row['metric']!r}")
         mode = w["mode"]
         n = int(w["batch"] if mode == "batch" else w["requests"])
-        out.append(Case(id=row["id"], set=row["set"], source=row["source"], model=str(row["model"]),
-                        hardware=str(row["hardware"]), engine=str(row["engine"]), mode=mode, isl=int(w["isl"]),
-                        osl=int(w["osl"]), requests=n, concurrency=int(w.get("concurrency", n)),
-                        metric=row["metric"], published=float(row["published"]), target=row["target"]))
+        out.append(
+            Case(
+                id=row["id"],
+                set=row["set"],
+                source=row["source"],
+                model=str(row["model"]),
+                hardware=str(row["hardware"]),
+                engine=str(row["engine"]),
+                mode=mode,
+                isl=int(w["isl"]),
+                osl=int(w["osl"]),
+                requests=n,
+                concurrency=int(w.get("concurrency", n)),
+                metric=row["metric"],
+                published=float(row["published"]),
+                target=row["target"],
+            )
+        )
     return sources, out
 
 
@@ -92,8 +106,12 @@ def simulate(case: Case, dep: Deployment) -> float:
     isl, osl = case.isl, case.osl
 
     def request(i: int) -> SimRequest:
-        return SimRequest(rid=i + 1, prompt_ids=[(i * 131 + j) % 30011 + 1 for j in range(isl)], max_tokens=osl,
-                          ignore_eos=True)
+        return SimRequest(
+            rid=i + 1,
+            prompt_ids=[(i * 131 + j) % 30011 + 1 for j in range(isl)],
+            max_tokens=osl,
+            ignore_eos=True,
+        )
 
     async def main() -> float:
         eng = Engine(dep, clock, seed=0)
@@ -120,7 +138,9 @@ def simulate(case: Case, dep: Deployment) -> float:
         await eng.stop()
         bad = [r for r in done if r.finish_reason not in ("length", "stop")]
         if bad:
-            raise RuntimeError(f"{case.id}: {len(bad)} requests failed ({bad[0].finish_reason}: {bad[0].error})")
+            raise RuntimeError(
+                f"{case.id}: {len(bad)} requests failed ({bad[0].finish_reason}: {bad[0].error})"
+            )
         end_s = max(r.token_times_ns[-1] for r in done) / 1e9
         out = sum(r.output_tokens for r in done)
         if case.metric == "out_tok_s":

@@ -6,7 +6,8 @@ is what vLLM says it did over that interval: deltas of vllm:request_success_tota
 vllm:prompt_tokens_total and vllm:generation_tokens_total. servelab must agree within 1% (exit 1 if not).
 
     bash scripts/engines/ci_engines.sh        # or any vLLM; URL from SERVELAB_VLLM_URL / .ci/engines.env
-    PYTHONPATH=src python benchmarks/real_vllm_agreement.py [--url http://127.0.0.1:8092/v1] [--levels 1,4,16,32]
+    PYTHONPATH=src python benchmarks/real_vllm_agreement.py [--url http://127.0.0.1:8092/v1] [--levels
+    1,4,16,32]
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ TOLERANCE = 0.01
 
 
 def env_file_value(key: str) -> str | None:
-    path = Path(os.environ.get("SERVELAB_ENGINES_ENV", Path(__file__).resolve().parents[1] / ".ci/engines.env"))
+    path = Path(
+        os.environ.get("SERVELAB_ENGINES_ENV", Path(__file__).resolve().parents[1] / ".ci/engines.env")
+    )
     if os.environ.get(key):
         return os.environ[key]
     if path.is_file():
@@ -52,7 +55,9 @@ def scrape(root: str) -> dict[str, float]:
     return out
 
 
-def settled(root: str, expect_requests: float, before: dict[str, float], limit_s: float = 10.0) -> dict[str, float]:
+def settled(
+    root: str, expect_requests: float, before: dict[str, float], limit_s: float = 10.0
+) -> dict[str, float]:
     """Scrape until vLLM has counted every request (its counters update just after the last byte)."""
     deadline = time.monotonic() + limit_s
     while True:
@@ -63,17 +68,26 @@ def settled(root: str, expect_requests: float, before: dict[str, float], limit_s
         time.sleep(0.2)
 
 
-def level_config(url: str, model: str | None, concurrency: int, requests: int, out: Path, seed: int) -> RunConfig:
-    return validate(RunConfig, {
-        "target": {"url": url, "model": model},
-        "load": {"concurrency": concurrency},
-        "limits": {"requests": requests},
-        "workload": {"input_tokens": {"kind": "lognormal", "median": 200, "sigma": 0.6, "min": 16, "max": 1200},
-                     "output_tokens": {"kind": "lognormal", "median": 48, "sigma": 0.6, "min": 4, "max": 256},
-                     "ignore_eos": True},
-        "telemetry": {"enabled": False},  # the reference is scraped here, outside servelab
-        "out": str(out), "seed": seed,
-    }, source="benchmark")
+def level_config(
+    url: str, model: str | None, concurrency: int, requests: int, out: Path, seed: int
+) -> RunConfig:
+    return validate(
+        RunConfig,
+        {
+            "target": {"url": url, "model": model},
+            "load": {"concurrency": concurrency},
+            "limits": {"requests": requests},
+            "workload": {
+                "input_tokens": {"kind": "lognormal", "median": 200, "sigma": 0.6, "min": 16, "max": 1200},
+                "output_tokens": {"kind": "lognormal", "median": 48, "sigma": 0.6, "min": 4, "max": 256},
+                "ignore_eos": True,
+            },
+            "telemetry": {"enabled": False},  # the reference is scraped here, outside servelab
+            "out": str(out),
+            "seed": seed,
+        },
+        source="benchmark",
+    )
 
 
 def rel(mine: float, theirs: float) -> float:
@@ -88,7 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--requests-per-user", type=int, default=6)
     a = ap.parse_args(argv)
     if not a.url:
-        print("no vLLM URL: pass --url, set SERVELAB_VLLM_URL, or run scripts/engines/ci_engines.sh", file=sys.stderr)
+        print(
+            "no vLLM URL: pass --url, set SERVELAB_VLLM_URL, or run scripts/engines/ci_engines.sh",
+            file=sys.stderr,
+        )
         return 2
     root = a.url.rstrip("/").removesuffix("/v1")
     rows = []
@@ -106,7 +123,9 @@ def main(argv: list[str] | None = None) -> int:
             mine = (s["requests"]["ok"], s["tokens"]["input"], s["tokens"]["output"])
             diffs = [rel(m, d[k]) for m, k in zip(mine, COUNTERS, strict=True)]
             worst = max(worst, *(abs(x) for x in diffs))
-            rows.append((c, n, *mine, *(d[k] for k in COUNTERS), *diffs, wall, s["throughput"]["output_tokens_per_s"]))
+            rows.append(
+                (c, n, *mine, *(d[k] for k in COUNTERS), *diffs, wall, s["throughput"]["output_tokens_per_s"])
+            )
     head = (f"{'conc':>4} {'sent':>5} | {'requests':>15} {'diff':>7} | {'prompt tokens':>17} {'diff':>7} | "
             f"{'generation tokens':>17} {'diff':>7} | {'wall s':>6} {'out tok/s':>9}")
     print(f"servelab vs vLLM's own counters at {a.url} (servelab/vLLM)")

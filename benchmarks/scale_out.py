@@ -53,7 +53,8 @@ cfg = validate(RunConfig, {"target": {"url": url, "model": "bench-model"}, "load
 r = execute(cfg, report=False, executor=Executor(workers=workers))
 s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
 th = r.summary["throughput"]
-print(json.dumps({"wall_s": time.perf_counter() - t0, "cpu_s": s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime,
+print(json.dumps({"wall_s": time.perf_counter() - t0,
+    "cpu_s": s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime,
     "peak_mb": max(s.ru_maxrss, c.ru_maxrss) / 1024, "ok": r.summary["requests"]["ok"],
     "sent": r.summary["requests"]["sent"], "tok_s": th["output_tokens_per_s"], "load_s": th["duration_s"],
     "valid": r.summary["valid"], "load_cpu_s": sum(x.load_cpu_s or 0 for x in r.shards)}))
@@ -97,11 +98,16 @@ def _run(code: str, *args: str, timeout: float = 1800) -> dict:
 
 
 def throughput(url: str, duration: float, conc: int) -> None:
-    print(f"\nthroughput: zero-delay mock (own process), 256 tokens/request, concurrency {conc}, {duration:g} s")
+    print(
+        f"\nthroughput: zero-delay mock (own process), 256 tokens/request, concurrency {conc}, {duration:g} s"
+    )
     print("CPU: the reference's whole process; servelab's load-window CPU summed over its workers (start-up, "
           "merge and summary excluded; whole-process CPU in the last column)")
-    print(f"{'client':<22} {'tok/s':>10} {'CPU s/1k req':>13} {'x ref tok/s':>12} {'x ref CPU':>10} {'valid':>6} "
-          f"{'all CPU s/1k':>13}")
+    print(
+        f"{'client':<22} {'tok/s':>10} {'CPU s/1k req':>13} {'x ref tok/s':>12} {'x ref CPU':>10} "
+        f"{'valid':>6} "
+        f"{'all CPU s/1k':>13}"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         ref = _run(_REF, url, str(conc), f"d{duration}", "", str(HERE))
         rows = {"raw reference": ref}
@@ -110,25 +116,33 @@ def throughput(url: str, duration: float, conc: int) -> None:
     ref_cpu = ref["cpu_s"] / ref["ok"] * 1000
     for name, r in rows.items():
         cpu = r.get("load_cpu_s", r["cpu_s"]) / max(1, r["ok"]) * 1000
-        print(f"{name:<22} {r['tok_s']:>10,.0f} {cpu:>13.3f} {r['tok_s'] / ref['tok_s']:>12.2f} "
-              f"{cpu / ref_cpu:>10.2f} {str(r.get('valid', '-')):>6} {r['cpu_s'] / max(1, r['ok']) * 1000:>13.3f}")
+        print(
+            f"{name:<22} {r['tok_s']:>10,.0f} {cpu:>13.3f} {r['tok_s'] / ref['tok_s']:>12.2f} "
+            f"{cpu / ref_cpu:>10.2f} {str(r.get('valid', '-')):>6} "
+            f"{r['cpu_s'] / max(1, r['ok']) * 1000:>13.3f}"
+        )
     w1, w2 = rows["servelab --workers 1"], rows["servelab --workers 2"]
-    print(f"load-window CPU per request, workers 2 / workers 1: "
-          f"{(w2['load_cpu_s'] / max(1, w2['ok'])) / (w1['load_cpu_s'] / max(1, w1['ok'])):.2f} (target: about 1)")
+    print(
+        f"load-window CPU per request, workers 2 / workers 1: "
+        f"{(w2['load_cpu_s'] / max(1, w2['ok'])) / (w1['load_cpu_s'] / max(1, w1['ok'])):.2f} (target: "
+        "about 1)"
+    )
 
 
 _SWEEP = r"""
 import json, sys, time
 from servelab.sweep.runner import SweepSpec, run_sweep
 if __name__ == "__main__":
-    par, ray, out, n = int(sys.argv[1]), (None if sys.argv[2] == "-" else sys.argv[2]), sys.argv[3], int(sys.argv[4])
+    par, ray = int(sys.argv[1]), (None if sys.argv[2] == "-" else sys.argv[2])
+    out, n = sys.argv[3], int(sys.argv[4])
     base = {"target": {"url": "sim"}, "workload": {"input_tokens": 256, "output_tokens": 64},
             "limits": {"requests": n}, "telemetry": {"enabled": False}}
     spec = SweepSpec(base=base, axes={"concurrency": [1, 2, 4, 8, 16, 32, 64, 128]}, out=out, report=False,
                      parallel=par, ray_address=ray)
     t = time.perf_counter()
     d, state = run_sweep(spec)
-    print(json.dumps({"wall_s": time.perf_counter() - t, "ok": sum(e["status"] == "ok" for e in state["points"]),
+    print(json.dumps({"wall_s": time.perf_counter() - t,
+                      "ok": sum(e["status"] == "ok" for e in state["points"]),
                       "knee": (state.get("knee") or {}).get("level")}))
 """
 
@@ -137,7 +151,10 @@ def sweep(n: int) -> None:
     print(f"\nsweep: 8 simulated points (concurrency 1..128, {n} requests each), wall time of run_sweep")
     print(f"{'mode':<16} {'wall s':>8} {'points ok':>10} {'speed-up':>9} {'knee':>6}")
     with tempfile.TemporaryDirectory() as tmp:
-        rows = {"serial": _run(_SWEEP, "1", "-", tmp, str(n)), "--parallel 2": _run(_SWEEP, "2", "-", tmp, str(n))}
+        rows = {
+            "serial": _run(_SWEEP, "1", "-", tmp, str(n)),
+            "--parallel 2": _run(_SWEEP, "2", "-", tmp, str(n)),
+        }
         try:
             rows["--ray (local)"] = _run(_SWEEP, "2", "", tmp, str(n))
         except RuntimeError as e:
@@ -148,8 +165,14 @@ def sweep(n: int) -> None:
 
 
 def memory(url: str, sizes: list[int], conc: int) -> None:
-    print(f"\nmemory: peak RSS of a whole run (load + Parquet merge + summary), 256 tokens/request, concurrency {conc}")
-    print(f"{'requests':>9} {'servelab MB':>12} {'raw ref MB':>11} {'x ref':>6} {'wall s':>8} {'ref wall s':>10}")
+    print(
+        "\nmemory: peak RSS of a whole run (load + Parquet merge + summary), 256 tokens/request, "
+        f"concurrency {conc}"
+    )
+    print(
+        f"{'requests':>9} {'servelab MB':>12} {'raw ref MB':>11} {'x ref':>6} {'wall s':>8} "
+        f"{'ref wall s':>10}"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         for n in sizes:
             s = _run(_RUN, url + "/v1", "1", str(conc), str(n), tmp, timeout=3600)

@@ -31,13 +31,16 @@ C1_REQUESTS = 8192  # 2,048 per replica: the batch stays full, as in a 24,576-sa
 C4_REQUESTS = 1024
 
 
-def offline(dep: Deployment, n: int, in_len: int, out_len: int, fixed: bool = True, steady: bool = False) -> float:
+def offline(
+    dep: Deployment, n: int, in_len: int, out_len: int, fixed: bool = True, steady: bool = False
+) -> float:
     """All ``n`` requests at once (MLPerf Offline / trtllm-bench max load): output tokens per second.
 
-    ``fixed``: every request generates ``out_len`` tokens; else natural lengths (deployment's lognormal) capped
-    at ``out_len``. ``steady``: count only the tokens made while requests still wait to start (up to the last
-    first token), the regime of a run far longer than one batch (MLPerf Offline runs at least 2,400 s, so its
-    final drain, a long tail of a few sequences, is a small part); else the whole run, drain included."""
+    ``fixed``: every request generates ``out_len`` tokens; else natural lengths (deployment's lognormal)
+    capped at ``out_len``. ``steady``: count only the tokens made while requests still wait to start (up to
+    the last first token), the regime of a run far longer than one batch (MLPerf Offline runs at least 2,400
+    s, so its final drain, a long tail of a few sequences, is a small part); else the whole run, drain
+    included."""
     clock = VirtualClock()
 
     async def main() -> float:
@@ -89,8 +92,17 @@ def cases(fam: Family | None) -> list[tuple[str, str, float, float]]:
         c3 = cm3.step(0, 0, tok, chunks * length * (length + 1) // 2, chunks * length)
         out.append(("C-3", f"DeepSeek-V3 prefill EP32 H100, {length // 1024}K prompts, in tok/s per GPU", pub,
                     tok / c3.time_s / 32))
-    d4 = f(parse_sim_target("sim:llama-3.1-8b@1xh100,dtype=fp8,max_num_seqs=1024,max_num_batched_tokens=8192"))
-    out.append(("C-4", "Llama-3.1-8B FP8 1xH100 1000/1000, out tok/s", 15_220.0, offline(d4, C4_REQUESTS, 1000, 1000)))
+    d4 = f(
+        parse_sim_target("sim:llama-3.1-8b@1xh100,dtype=fp8,max_num_seqs=1024,max_num_batched_tokens=8192")
+    )
+    out.append(
+        (
+            "C-4",
+            "Llama-3.1-8B FP8 1xH100 1000/1000, out tok/s",
+            15_220.0,
+            offline(d4, C4_REQUESTS, 1000, 1000),
+        )
+    )
     return out
 
 
@@ -111,24 +123,47 @@ def cases_for_backend(backend: str) -> list[tuple[str, str, str, str, str, float
     out: list[tuple[str, str, str, str, str, float, float | None]] = []
     d1 = dep("sim:llama-2-70b@8xh100,tp=1,pp=2,dtype=fp8,kv_dtype=fp8,max_num_seqs=1024,engine=trtllm,"
              "max_num_batched_tokens=1024,gpu_memory_utilization=0.95,natural_median=212,natural_sigma=0.8")
-    out.append(("C-1", "dense", "hopper", "trtllm", "Llama-2-70B FP8 8xH100 offline, tok/s per node", 31_307.0,
-                offline(d1, C1_REQUESTS, C1_INPUT_TOKENS, 1024, fixed=False, steady=True) if d1 else None))
+    out.append(
+        (
+            "C-1",
+            "dense",
+            "hopper",
+            "trtllm",
+            "Llama-2-70B FP8 8xH100 offline, tok/s per node",
+            31_307.0,
+            offline(d1, C1_REQUESTS, C1_INPUT_TOKENS, 1024, fixed=False, steady=True) if d1 else None,
+        )
+    )
     d2 = dep("sim:deepseek-v3@16x8xh800,dtype=fp8,kv_dtype=bf16,ep=128,dp_attention=true,expert_skew=0,"
              "overlap=true,max_num_seqs=128,max_num_batched_tokens=16384,max_model_len=8192,engine=sglang")
     n = 128 * 128
     c2 = make_step_cost(d2).step(n, n * 4096) if d2 else None
     out.append(("C-2", "moe", "hopper", "deepseek", "DeepSeek-V3 decode EP128 H800, tok/s per GPU", 2_325.0,
                 n / c2.time_s / 128 if c2 else None))
-    # LMSYS's large-EP deployment ran SGLang's expert-parallel load balancer (the same post measures its gains)
-    d3 = dep("sim:deepseek-v3@4x8xh100,dtype=fp8,ep=32,dp_attention=true,overlap=true,engine=sglang,jitter=0,eplb=true,"
-             "max_num_seqs=1024,max_num_batched_tokens=16384,max_model_len=8192")
+    # LMSYS's large-EP deployment ran SGLang's expert-parallel load balancer (the same post measures its
+    # gains)
+    d3 = dep(
+        "sim:deepseek-v3@4x8xh100,dtype=fp8,ep=32,dp_attention=true,overlap=true,engine=sglang,jitter=0,eplb=true,"
+        "max_num_seqs=1024,max_num_batched_tokens=16384,max_model_len=8192"
+    )
     cm3 = EngineStep(d3) if d3 else None
     for length, pub in ((1024, 7_209.0), (2048, 6_818.0), (4096, 6_288.0)):
         tok = 16_384 * 32
         chunks = tok // length
-        c3 = cm3.step(0, 0, tok, chunks * length * (length + 1) // 2, chunks * length, chunks) if cm3 else None
-        out.append(("C-3", "moe", "hopper", "sglang", f"DeepSeek-V3 prefill EP32 H100, {length // 1024}K prompts, "
-                    "in tok/s per GPU", pub, tok / c3.time_s / 32 if c3 else None))
+        c3 = (
+            cm3.step(0, 0, tok, chunks * length * (length + 1) // 2, chunks * length, chunks) if cm3 else None
+        )
+        out.append(
+            (
+                "C-3",
+                "moe",
+                "hopper",
+                "sglang",
+                f"DeepSeek-V3 prefill EP32 H100, {length // 1024}K prompts, in tok/s per GPU",
+                pub,
+                tok / c3.time_s / 32 if c3 else None,
+            )
+        )
     d4 = dep("sim:llama-3.1-8b@1xh100,dtype=fp8,kv_dtype=fp8,max_num_seqs=1024,max_num_batched_tokens=8192,"
              "engine=trtllm")
     out.append(("C-4", "dense", "hopper", "trtllm", "Llama-3.1-8B FP8 1xH100 1000/1000, out tok/s", 15_220.0,

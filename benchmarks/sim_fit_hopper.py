@@ -23,7 +23,9 @@ GRID = {"mem_eff": (0.7, 0.8, 0.85), "layer_overhead_us": (10, 30, 50), "lowp_co
 
 
 def main() -> None:
-    rows = [r for r in fid.silicon_grid() if r["family"] == "nvidia-hopper" and fid.HARDWARE[r["hw"]] == "fit"]
+    rows = [
+        r for r in fid.silicon_grid() if r["family"] == "nvidia-hopper" and fid.HARDWARE[r["hw"]] == "fit"
+    ]
     base = parse_sim_target("sim:llama-3.1-8b@1xh100").family
     best = None
     for vals in itertools.product(*GRID.values()):
@@ -33,7 +35,10 @@ def main() -> None:
         pl = sum(math.log(pred / p) ** 2 for _, p, pred in pub) / len(pub)
         loss = sil + pl
         errs = " ".join(f"{cid} {100 * (pred / p - 1):+.0f}%" for cid, p, pred in pub)
-        print(f"{dict(zip(GRID, vals, strict=True))} silicon rms {math.sqrt(sil):.3f} {errs} loss {loss:.4f}", flush=True)
+        print(
+            f"{dict(zip(GRID, vals, strict=True))} silicon rms {math.sqrt(sil):.3f} {errs} loss {loss:.4f}",
+            flush=True,
+        )
         if best is None or loss < best[0]:
             best = (loss, vals)
     print("best:", dict(zip(GRID, best[1], strict=True)))

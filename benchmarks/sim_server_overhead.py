@@ -137,8 +137,10 @@ def main() -> None:
           f"{'ref us/tok':>11} {'http us/tok':>12} {'cpu ratio':>10} {'failed':>7}")
     for c in a.concurrency:
         r = run(a.spec, c, a.requests, a.tokens)
-        print(f"{c:>5} {r['ref_tps']:>10.0f} {r['http_tps']:>11.0f} {r['http_tps'] / r['ref_tps']:>11.2f} "
-              f"{r['ref_us']:>11.1f} {r['http_us']:>12.1f} {r['http_us'] / r['ref_us']:>10.2f} {r['failed']:>7}")
+        print(
+            f"{c:>5} {r['ref_tps']:>10.0f} {r['http_tps']:>11.0f} {r['http_tps'] / r['ref_tps']:>11.2f} "
+            f"{r['ref_us']:>11.1f} {r['http_us']:>12.1f} {r['http_us'] / r['ref_us']:>10.2f} {r['failed']:>7}"
+        )
 
 
 if __name__ == "__main__":

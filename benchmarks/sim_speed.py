@@ -24,7 +24,9 @@ from servelab.sim.tokenizer import filler_ids
 TARGET = 500_000
 
 
-def simulate(spec: str, sessions: int, per_session: int, in_len: int, out_len: int) -> tuple[int, float, int, float]:
+def simulate(
+    spec: str, sessions: int, per_session: int, in_len: int, out_len: int
+) -> tuple[int, float, int, float]:
     """(output tokens, wall seconds, engine steps, virtual seconds)."""
     clock = VirtualClock()
     dep = parse_sim_target(spec)
@@ -38,8 +40,12 @@ def simulate(spec: str, sessions: int, per_session: int, in_len: int, out_len: i
         async def user(u: int) -> None:
             nonlocal toks
             for k in range(per_session):
-                req = SimRequest(rid=u * 1000 + k + 1, prompt_ids=prompts[u] if k == 0 else prompts[u][:-1] + [k],
-                                 max_tokens=out_len, ignore_eos=True)
+                req = SimRequest(
+                    rid=u * 1000 + k + 1,
+                    prompt_ids=prompts[u] if k == 0 else prompts[u][:-1] + [k],
+                    max_tokens=out_len,
+                    ignore_eos=True,
+                )
                 eng.submit(req)
                 await req.done  # type: ignore[misc]
                 toks += req.output_tokens
@@ -71,7 +77,15 @@ def bare_sleeps(n: int, dt: float) -> float:
 HOUR_TARGET_S = 60.0
 HOUR_SPEC = "sim:deepseek-v3@8xh200,dtype=fp8,ep=8,dp_attention=true"
 HOUR_CASES = {
-    "single-turn 2K/1K": ["--concurrency", "256", "--input-tokens", "2048", "--output-tokens", "1024", "--ignore-eos"],
+    "single-turn 2K/1K": [
+        "--concurrency",
+        "256",
+        "--input-tokens",
+        "2048",
+        "--output-tokens",
+        "1024",
+        "--ignore-eos",
+    ],
     "coding-agent": ["--profile", "coding-agent", "--sessions", "256"],
 }
 
@@ -82,7 +96,19 @@ def hour_case(args: list[str], spec: str, out: str) -> dict:
     import resource
     import subprocess
 
-    cmd = ["servelab", "run", "--target", spec, "--duration", "3600", "--no-report", "--json", "--out", out, *args]
+    cmd = [
+        "servelab",
+        "run",
+        "--target",
+        spec,
+        "--duration",
+        "3600",
+        "--no-report",
+        "--json",
+        "--out",
+        out,
+        *args,
+    ]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -102,15 +128,21 @@ def hour(spec: str) -> None:
     import tempfile
 
     print(f"one simulated hour of 256 sessions on {spec} (target < {HOUR_TARGET_S:.0f} s of wall time each)")
-    print(f"{'case':<20} {'requests ok':>12} {'simulated s':>12} {'wall s':>8} {'CPU s':>8} {'wall / target':>14}")
+    print(
+        f"{'case':<20} {'requests ok':>12} {'simulated s':>12} {'wall s':>8} {'CPU s':>8} "
+        f"{'wall / target':>14}"
+    )
     with tempfile.TemporaryDirectory() as out:
         for name, args in HOUR_CASES.items():
             r = hour_case(args, spec, out)
             if r["rc"] not in (0, 1):
                 print(f"{name:<20} failed (exit {r['rc']}): {r['err']}")
                 continue
-            print(f"{name:<20} {r['ok'] or 0:>12,} {r['sim_s'] or 0:>12,.0f} {r['wall']:>8.1f} {r['cpu']:>8.1f} "
-                  f"{r['wall'] / HOUR_TARGET_S:>13.2f}x")
+            print(
+                f"{name:<20} {r['ok'] or 0:>12,} {r['sim_s'] or 0:>12,.0f} {r['wall']:>8.1f} "
+                f"{r['cpu']:>8.1f} "
+                f"{r['wall'] / HOUR_TARGET_S:>13.2f}x"
+            )
     print("CPU s: user + system time of the run's process (the shared machine's load inflates wall time)")
 
 
@@ -130,7 +162,10 @@ def main() -> None:
     toks, wall, steps, virt = simulate(args.spec, args.sessions, args.requests, args.input, args.output)
     rate = toks / wall
     floor = bare_sleeps(steps, virt / max(steps, 1))
-    print(f"case: {args.spec}, {args.sessions} sessions x {args.requests} requests, {args.input} in / {args.output} out")
+    print(
+        f"case: {args.spec}, {args.sessions} sessions x {args.requests} requests, {args.input} in / "
+        f"{args.output} out"
+    )
     print(f"{'measure':<44} {'value':>14}")
     print(f"{'simulated output tokens':<44} {toks:>14,}")
     print(f"{'simulated time (s)':<44} {virt:>14,.1f}")

@@ -45,7 +45,9 @@ def sessions(spec: str, n: int, turns: int, in_len: int, grow: int, out_len: int
             nonlocal toks
             ids = filler_ids(in_len, u).tolist()
             for k in range(turns):
-                req = SimRequest(rid=u * 1000 + k + 1, prompt_ids=list(ids), max_tokens=out_len, ignore_eos=True)
+                req = SimRequest(
+                    rid=u * 1000 + k + 1, prompt_ids=list(ids), max_tokens=out_len, ignore_eos=True
+                )
                 eng.submit(req)
                 await req.done
                 toks += req.output_tokens

@@ -8,7 +8,8 @@ Each case builds N plans of 512 prompt tokens (after calibration, which is timed
   (ref)        - the floor: " ".join(random.choices(words, k=W)) with W the words of one plan, plus a
                  dict per plan; no seeding per index, no counting, no prefix bookkeeping
 
-The ratio is the reference's plans/s (same words per plan) over each case's (how many times slower than the bare floor).
+The ratio is the reference's plans/s (same words per plan) over each case's (how many times slower than the
+bare floor).
 
     PYTHONPATH=src python benchmarks/workload_plans.py [--n 5000]
 """
@@ -42,8 +43,15 @@ def _local_counter(tmp: Path) -> LocalTokenizerCounter | None:
         return None
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.train_from_iterator([" ".join(_base_words())] * 2, trainers.BpeTrainer(
-        vocab_size=400, show_progress=False, special_tokens=["<s>", "<unk>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        [" ".join(_base_words())] * 2,
+        trainers.BpeTrainer(
+            vocab_size=400,
+            show_progress=False,
+            special_tokens=["<s>", "<unk>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
     tok.save(str(tmp / "tokenizer.json"))
     return LocalTokenizerCounter.load(str(tmp / "tokenizer.json"))
 
@@ -82,7 +90,9 @@ async def main(n: int) -> None:
                 continue
             rows.append((name, *await _case(counter, n)))
     print(f"{n} plans of {TOKENS} + 64 shared-prefix tokens")
-    print(f"{'case':<10}{'calibrate s':>12}{'plans/s':>12}{'words/plan':>12}{'ref plans/s':>13}{'ref/case':>10}")
+    print(
+        f"{'case':<10}{'calibrate s':>12}{'plans/s':>12}{'words/plan':>12}{'ref plans/s':>13}{'ref/case':>10}"
+    )
     for name, cal, rate, words in rows:
         if rate is None:
             print(f"{name:<10}{'(tokenizers not installed)':>46}")
