@@ -184,14 +184,24 @@ def _split(dec: dict[str, Any], labels: Sequence[tuple[str, str]], pct: float, s
     top = [c for c in comps if "nested_in" not in c]
     dom = max(top, key=lambda c: c["excess_ms"])
     extra = t_tot - m_tot
-    words = (f"The {scope} at or above p{pct:g} ({int(tail.sum())} of {n}, {thr:.0f} ms and more) take "
-             f"{t_tot:.0f} ms on average against {m_tot:.0f} ms for the median ones")
+    words = (f"The {scope} at or above p{pct:g} ({int(tail.sum()):,} of {n:,}, {_dur(thr)} and more) take "
+             f"{_dur(t_tot)} on average against {_dur(m_tot)} for the median ones")
     if extra > 0 and dom["excess_ms"] > 0:
-        words += (f"; {dom['label']} accounts for {dom['excess_ms']:.0f} ms of the {extra:.0f} ms difference "
+        words += (f"; {dom['label']} accounts for {_dur(dom['excess_ms'])} of the {_dur(extra)} difference "
                   f"({dom['excess_share']:.0%} of the growth)")
     return {"scope": scope, "percentile": pct, "n": n, "n_tail": int(tail.sum()), "n_median": int(mid.sum()),
             "tail_threshold_ms": thr, "tail_mean_ms": t_tot, "median_mean_ms": m_tot, "excess_ms": extra,
             "components": comps, "dominant": dom["name"], "summary": words}
+
+
+def _dur(ms: float) -> str:
+    """A duration for the summary sentence, 3 significant figures: 12.7 ms, 400 ms, 2.80 s, 1,234 s."""
+    value, unit = (ms / 1000.0, "s") if abs(ms) >= 1000.0 else (ms, "ms")
+    if value == 0:
+        return f"0 {unit}"
+    if abs(value) >= 1000.0:
+        return f"{value:,.0f} {unit}"
+    return f"{value:#.3g}".rstrip(".") + f" {unit}"
 
 
 def request_attribution(requests: Any, percentile: float = 95.0) -> dict[str, Any]:

@@ -92,6 +92,17 @@ def test_ground_truth_blames_preemption_and_shares_add_up():
         in r["summary"]
 
 
+def test_the_summary_sentence_gives_durations_to_three_significant_figures():
+    from servelab.analysis.attribution import _dur
+
+    assert [_dur(v) for v in (0, 0.31, 12.74, 400, 999.4, 2802.4, 2506, 1234567)] == [
+        "0 ms", "0.310 ms", "12.7 ms", "400 ms", "999 ms", "2.80 s", "2.51 s", "1,235 s"]
+    # tail: queue 2000 ms more than the median requests': the sentence reads in seconds
+    recs = [_req(i) for i in range(95)] + [_req(95 + i, queue=2000, decode=110) for i in range(5)]
+    words = request_attribution(recs)["summary"]
+    assert "s on average against" in words and "of the 2.00 s difference" in words, words
+
+
 def test_queueing_share_of_the_growth():
     # tail: queue 1000 (vs 5) and decode 110 (vs 100); growth 995 + 10 = 1005 ms -> queue 99.0 %
     recs = [_req(i) for i in range(95)] + [_req(95 + i, queue=1000, decode=110) for i in range(5)]
