@@ -5,8 +5,8 @@ Two tables, each split into a FITTING set and a CHECK set before anything was fi
 1. Published results (/work/shared/facts/calibration.md, C-1..C-4). FITTING set: C-1 (dense, TensorRT-LLM)
    and C-2 (MoE, H800 EP128, which the silicon data does not cover); CHECK set: C-3 and C-4. The roofline's
    Hopper constants are fitted on the silicon fitting rows (table 2) and C-1, C-2 at once
-   (benchmarks/sim_fit_hopper.py). The silicon backend fits nothing; it prices the figures it covers (C-3: DeepSeek-V3 on H100 with
-   SGLang; C-4: Llama-3.1-8B on H100 with TensorRT-LLM).
+   (benchmarks/sim_fit_hopper.py). The silicon backend fits nothing; it prices the figures it covers (C-3:
+   DeepSeek-V3 on H100 with SGLang; C-4: Llama-3.1-8B on H100 with TensorRT-LLM).
 2. Roofline step times against silicon step times (AIConfigurator's measured kernels) over a grid of
    models x GPUs x engines x step shapes. FITTING set: H100 and B200 rows; CHECK set: H200 and GB200 rows
    (same families, other chips). ``--fit`` grid-searches the roofline constants of each family on the
@@ -54,7 +54,9 @@ GRID_SPECS = [
 ]
 HARDWARE = {"h100": "fit", "b200": "fit", "h200": "check", "gb200": "check"}
 # (phase, decode sequences, context per sequence, prefill tokens)
-SHAPES = [("decode", n, 2048, 0) for n in (1, 8, 32, 128, 512)] + [("prefill", 0, 0, p) for p in (512, 2048, 8192)]
+SHAPES = [("decode", n, 2048, 0) for n in (1, 8, 32, 128, 512)] + [
+    ("prefill", 0, 0, p) for p in (512, 2048, 8192)
+]
 
 
 def _shape_args(n: int, ctx: int, p: int) -> tuple[int, int, int, int, int]:
@@ -77,8 +79,20 @@ def silicon_grid() -> list[dict]:
             continue
         for phase, n, ctx, p in SHAPES:
             t = cost.step(*_shape_args(n, ctx, p)).time_s
-            rows.append({"kind": kind, "spec": spec.format(hw=hw), "hw": hw, "engine": dep.engine,
-                         "family": dep.family.name, "phase": phase, "n": n, "ctx": ctx, "p": p, "silicon_s": t})
+            rows.append(
+                {
+                    "kind": kind,
+                    "spec": spec.format(hw=hw),
+                    "hw": hw,
+                    "engine": dep.engine,
+                    "family": dep.family.name,
+                    "phase": phase,
+                    "n": n,
+                    "ctx": ctx,
+                    "p": p,
+                    "silicon_s": t,
+                }
+            )
         print(f"  priced {spec.format(hw=hw)}", file=sys.stderr)
     CACHE.parent.mkdir(exist_ok=True)
     CACHE.write_text(json.dumps(rows, indent=0))
@@ -123,10 +137,13 @@ def fit_family(rows: list[dict], base: Family) -> Family:
         loss = sum(math.log(roofline_s(r, fam) / r["silicon_s"]) ** 2 for r in mine)
         if loss < best_loss:
             best, best_loss = fam, loss
-    print(f"{base.name}: compute_eff={best.compute_eff} decode_compute_eff={best.decode_compute_eff} "
-          f"mem_eff={best.mem_eff} layer_overhead_us={best.layer_overhead_us} moe_compute_eff={best.moe_compute_eff} "
-          f"lowp_compute_eff={best.lowp_compute_eff} "
-          f"(rms log error {math.sqrt(best_loss / max(len(mine), 1)):.3f} over {len(mine)} fitting rows)")
+    print(
+        f"{base.name}: compute_eff={best.compute_eff} decode_compute_eff={best.decode_compute_eff} "
+        f"mem_eff={best.mem_eff} layer_overhead_us={best.layer_overhead_us} "
+        f"moe_compute_eff={best.moe_compute_eff} "
+        f"lowp_compute_eff={best.lowp_compute_eff} "
+        f"(rms log error {math.sqrt(best_loss / max(len(mine), 1)):.3f} over {len(mine)} fitting rows)"
+    )
     return best
 
 
@@ -152,8 +169,10 @@ def grid_report(rows: list[dict], fams: dict[str, Family]) -> None:
         items.append((f"{r['kind']} {r['family'][7:]} {r['engine']} {phase}", HARDWARE[r["hw"]], err))
     slice_table("roofline step time vs silicon step time (reference = silicon)", items)
     check = [abs(e) for _, k, e in items if k == "check"]
-    print(f"check set overall: median |err| {100 * statistics.median(check):.1f}%, max {100 * max(check):.1f}% "
-          f"over {len(check)} rows")
+    print(
+        f"check set overall: median |err| {100 * statistics.median(check):.1f}%, max {100 * max(check):.1f}% "
+        f"over {len(check)} rows"
+    )
 
 
 def _metric_class(metric: str) -> str:
@@ -167,7 +186,9 @@ def published(backends: list[str]) -> None:
     from servelab.sim.stepcost import make_step_cost
 
     items = []
-    print("\npublished results (facts/calibration.md C-1..C-4; benchmarks/fidelity_cases.yaml, all check rows)")
+    print(
+        "\npublished results (facts/calibration.md C-1..C-4; benchmarks/fidelity_cases.yaml, all check rows)"
+    )
     print(f"{'id':<5} {'set':<6} {'backend':<9} {'figure':<72} {'published':>10} {'sim':>10} {'error':>8}")
 
     def row(cid: str, st: str, backend: str, what: str, pub: float, pred: float | None) -> float | None:
@@ -175,7 +196,9 @@ def published(backends: list[str]) -> None:
             print(f"{cid:<5} {st:<6} {backend:<9} {what[:72]:<72} {pub:>10,.2f} {'-':>10}   (not covered)")
             return None
         err = pred / pub - 1
-        print(f"{cid:<5} {st:<6} {backend:<9} {what[:72]:<72} {pub:>10,.2f} {pred:>10,.2f} {100 * err:>+7.1f}%")
+        print(
+            f"{cid:<5} {st:<6} {backend:<9} {what[:72]:<72} {pub:>10,.2f} {pred:>10,.2f} {100 * err:>+7.1f}%"
+        )
         return err
 
     _, cases = fc.load()
@@ -206,7 +229,9 @@ def published(backends: list[str]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--fit", action="store_true", help="refit the roofline constants of each family on the fitting rows")
+    ap.add_argument(
+        "--fit", action="store_true", help="refit the roofline constants of each family on the fitting rows"
+    )
     ap.add_argument("--no-published", action="store_true")
     args = ap.parse_args()
     backends = ["roofline"] + (["silicon"] if silicon.installed() else [])
@@ -215,7 +240,9 @@ def main() -> None:
         fams: dict[str, Family] = {}
         if args.fit:
             for name in sorted({r["family"] for r in rows}):
-                base = parse_sim_target("sim:llama-3.1-8b@1x" + ("h100" if "hopper" in name else "b200")).family
+                base = parse_sim_target(
+                    "sim:llama-3.1-8b@1x" + ("h100" if "hopper" in name else "b200")
+                ).family
                 fams[name] = fit_family(rows, base)
         grid_report(rows, fams)
     else:

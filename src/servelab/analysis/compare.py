@@ -35,30 +35,79 @@ from servelab.records.summary import dig as _dig
 _TARGET_KEYS: dict[str, tuple[str, tuple[str, ...]]] = {
     "model": ("model checkpoint", ("model", "served_model", "model_name", "model_path")),
     "tokenizer": ("tokenizer", ("tokenizer", "tokenizer_name")),
-    "quantization": ("quantization / dtype", ("quantization", "dtype", "weight_dtype", "precision", "kv_cache_dtype",
-                                             "cache_dtype")),
+    "quantization": (
+        "quantization / dtype",
+        ("quantization", "dtype", "weight_dtype", "precision", "kv_cache_dtype", "cache_dtype"),
+    ),
     "engine": ("engine and version", ("engine", "version", "engine_version")),
     "gpu": ("GPU", ("gpu", "hardware", "accelerator", "gpu_name", "chip")),
     "driver": ("driver", ("driver", "driver_version")),
     "cuda": ("CUDA / runtime", ("cuda", "cuda_version", "rocm_version", "runtime_version")),
-    "parallelism": ("parallelism", ("nodes", "count", "gpus", "num_gpus", "gpus_per_node", "tensor_parallel_size",
-                                    "tp", "tp_size", "pipeline_parallel_size", "pp", "pp_size", "expert_parallel_size",
-                                    "ep", "ep_size", "enable_expert_parallel", "data_parallel_size", "dp", "dp_size")),
-    "context_limit": ("context limit", ("max_model_len", "context_length", "max_context_len", "ctx_size", "n_ctx")),
+    "parallelism": (
+        "parallelism",
+        (
+            "nodes",
+            "count",
+            "gpus",
+            "num_gpus",
+            "gpus_per_node",
+            "tensor_parallel_size",
+            "tp",
+            "tp_size",
+            "pipeline_parallel_size",
+            "pp",
+            "pp_size",
+            "expert_parallel_size",
+            "ep",
+            "ep_size",
+            "enable_expert_parallel",
+            "data_parallel_size",
+            "dp",
+            "dp_size",
+        ),
+    ),
+    "context_limit": (
+        "context limit",
+        ("max_model_len", "context_length", "max_context_len", "ctx_size", "n_ctx"),
+    ),
     "output_limit": ("output limit", ("max_output_tokens", "max_new_tokens", "n_predict", "max_tokens")),
-    "batch_policy": ("batch policy", ("max_num_seqs", "max_num_batched_tokens", "max_batch_size",
-                                      "max_running_requests", "max_num_tokens", "enable_chunked_prefill",
-                                      "chunked_prefill", "chunked_prefill_size", "scheduling_policy",
-                                      "total_slots", "n_parallel", "parallel")),
+    "batch_policy": (
+        "batch policy",
+        (
+            "max_num_seqs",
+            "max_num_batched_tokens",
+            "max_batch_size",
+            "max_running_requests",
+            "max_num_tokens",
+            "enable_chunked_prefill",
+            "chunked_prefill",
+            "chunked_prefill_size",
+            "scheduling_policy",
+            "total_slots",
+            "n_parallel",
+            "parallel",
+        ),
+    ),
     "prefix_caching": ("prefix caching", ("enable_prefix_caching", "prefix_caching", "disable_radix_cache")),
-    "speculative": ("speculative decoding", ("speculative_config", "speculative_model", "num_speculative_tokens",
-                                             "speculative_algorithm", "draft_model", "speculative")),
+    "speculative": (
+        "speculative decoding",
+        (
+            "speculative_config",
+            "speculative_model",
+            "num_speculative_tokens",
+            "speculative_algorithm",
+            "draft_model",
+            "speculative",
+        ),
+    ),
 }
 _WORKLOAD_DIMS = {"prompts": "prompt distribution", "outputs": "output distribution",
                   "concurrency": "concurrency levels"}
 DIMENSIONS: tuple[str, ...] = (*_TARGET_KEYS, *_WORKLOAD_DIMS)
 _SAME_ONLY_KEYS = {"model", "tokenizer"}
-DEFAULT_NOISE_FLOOR = 0.02  # relative differences at or under 2% are "within noise" (practical significance)  # also read from config.target when the target omits them
+# relative differences at or under 2% are "within noise" (practical significance)  # also read from
+# config.target when the target omits them
+DEFAULT_NOISE_FLOOR = 0.02
 
 
 def _norm(key: str) -> str:
@@ -130,7 +179,9 @@ def manifest_facts(manifest: Mapping[str, Any]) -> dict[str, str | None]:
             v = _dig(manifest, "config", "target", dim)
             found = {dim: v} if v is not None else {}
         if dim == "speculative":
-            found.update({k: v for k, v in flat.items() if ("specul" in k or "draft" in k) and k not in found})
+            found.update(
+                {k: v for k, v in flat.items() if ("specul" in k or "draft" in k) and k not in found}
+            )
         if not found:
             facts[dim] = None
         elif len(found) == 1:
@@ -259,7 +310,9 @@ def rate_inputs(s: Mapping[str, np.ndarray], what: str = "req_tokens") -> RateSa
         return None
     busy = np.where(np.isfinite(end) & np.isfinite(start), end - start, 0.0)
     closed = bool(s["closed"][0]) if "closed" in s and s["closed"].size else True
-    return RateSample(np.asarray(s[what], dtype=float), np.maximum(busy, 0.0), float(fe.max() - fs.min()), closed)
+    return RateSample(
+        np.asarray(s[what], dtype=float), np.maximum(busy, 0.0), float(fe.max() - fs.min()), closed
+    )
 
 
 def _verdict(ci: Mapping[str, float | None], metric: str, n: tuple[int, int], *,

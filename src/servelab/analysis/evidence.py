@@ -74,9 +74,14 @@ def run_evidence(requests: Any, summary: Mapping[str, Any], manifest: Mapping[st
     out: dict[str, Any] = {}
     kv = _get(server, "gauges", "kv_cache_usage")
     if kv:
-        out["kv"] = {"peak": kv.get("max"), "mean": kv.get("mean"), "peak_engine": kv.get("max_engine"),
-                     "share_above_90": kv.get("share_above_90"), "seconds_above_90": kv.get("seconds_above_90"),
-                     "source": "telemetry (mean across engines at each scrape)"}
+        out["kv"] = {
+            "peak": kv.get("max"),
+            "mean": kv.get("mean"),
+            "peak_engine": kv.get("max_engine"),
+            "share_above_90": kv.get("share_above_90"),
+            "seconds_above_90": kv.get("seconds_above_90"),
+            "source": "telemetry (mean across engines at each scrape)",
+        }
     if server.get("kv_evicted_blocks") is not None:
         out["kv_evicted_blocks"] = server["kv_evicted_blocks"]
     pre = _get(server, "counters", "preemptions_total")
@@ -91,7 +96,10 @@ def run_evidence(requests: Any, summary: Mapping[str, Any], manifest: Mapping[st
             out["prefix_cache_hit_rate"] = tok["cached"] / tok["input"]
             out["prefix_cache_source"] = "requests (usage cached / prompt tokens)"
     out.update(_request_side(requests))
-    if "server_queue_ms" not in out and _get(server, "histograms", "queue_time_seconds", "mean_ms") is not None:
+    if (
+        "server_queue_ms" not in out
+        and _get(server, "histograms", "queue_time_seconds", "mean_ms") is not None
+    ):
         out["server_queue_ms"] = {"mean": server["histograms"]["queue_time_seconds"]["mean_ms"],
                                   "source": "telemetry (queue-time histogram)"}
     lag = _get(summary, "metrics", "lag_ms")
@@ -110,7 +118,11 @@ def _moe(server: Mapping[str, Any], ep: int | None) -> dict[str, Any]:
         out["ep"] = ep
     imb = server.get("expert_imbalance")
     if imb and imb.get("n") and (ep is None or ep > 1):
-        out["imbalance_p50"], out["imbalance_p95"], out["steps"] = imb.get("p50"), imb.get("p95"), imb.get("n")
+        out["imbalance_p50"], out["imbalance_p95"], out["steps"] = (
+            imb.get("p50"),
+            imb.get("p95"),
+            imb.get("n"),
+        )
         if ep is not None:
             out["imbalance_within_ep"] = bool(imb.get("p95", 0) <= ep + 1e-9)
     if server.get("communication_share") is not None:
@@ -124,8 +136,13 @@ def evidence_rows(ev: Mapping[str, Any]) -> list[tuple[str, str]]:
     rows: list[tuple[str, str]] = []
     kv = ev.get("kv")
     if kv:
-        rows.append(("KV-cache usage", f"peak {_p(kv.get('peak'))}, mean {_p(kv.get('mean'))}, above 90% for "
-                                       f"{_f(kv.get('seconds_above_90'))} s ({_p(kv.get('share_above_90'))} of samples)"))
+        rows.append(
+            (
+                "KV-cache usage",
+                f"peak {_p(kv.get('peak'))}, mean {_p(kv.get('mean'))}, above 90% for "
+                f"{_f(kv.get('seconds_above_90'))} s ({_p(kv.get('share_above_90'))} of samples)",
+            )
+        )
     if "kv_evicted_blocks" in ev:
         rows.append(("KV blocks evicted", f"{ev['kv_evicted_blocks']:,.0f}"))
     pr = ev.get("preempted_requests")
@@ -136,7 +153,9 @@ def evidence_rows(ev: Mapping[str, Any]) -> list[tuple[str, str]]:
                                                f"{_f(pr['waiting_ms_total'])} ms waiting to resume"
         rows.append(("preemptions", words))
     if ev.get("prefix_cache_hit_rate") is not None:
-        rows.append(("prefix-cache hit rate", f"{_p(ev['prefix_cache_hit_rate'])} ({ev.get('prefix_cache_source')})"))
+        rows.append(
+            ("prefix-cache hit rate", f"{_p(ev['prefix_cache_hit_rate'])} ({ev.get('prefix_cache_source')})")
+        )
     q, lag = ev.get("server_queue_ms"), ev.get("client_lag_ms")
     if q or lag:
         sq = f"server queue p50 {_f(q.get('p50'))} / p95 {_f(q.get('p95'))} ms" if q and "p50" in q else \
@@ -145,9 +164,14 @@ def evidence_rows(ev: Mapping[str, Any]) -> list[tuple[str, str]]:
         rows.append(("queueing", f"{sq}; {cl}"))
     moe = ev.get("moe") or {}
     if "imbalance_p50" in moe:
-        rows.append(("expert-load imbalance", f"p50 {_f(moe['imbalance_p50'])}, p95 {_f(moe['imbalance_p95'])} "
-                                              f"(max/mean tokens per EP rank over {moe['steps']:,} steps; "
-                                              f"at most ep = {moe.get('ep', '?')})"))
+        rows.append(
+            (
+                "expert-load imbalance",
+                f"p50 {_f(moe['imbalance_p50'])}, p95 {_f(moe['imbalance_p95'])} "
+                f"(max/mean tokens per EP rank over {moe['steps']:,} steps; "
+                f"at most ep = {moe.get('ep', '?')})",
+            )
+        )
     if "communication_share" in moe:
         rows.append(("communication share of step time", _p(moe["communication_share"])))
     return rows

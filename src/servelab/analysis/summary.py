@@ -51,8 +51,14 @@ SLO_METRICS: dict[str, str] = {"ttft_ms": "ttft_ms", "itl_ms": "itl_request_ms",
                                "e2e_ms": "e2e_ms"}
 # Undefined for a request with fewer than two tokens; such a request cannot violate it.
 _VACUOUS_SLOS = frozenset({"itl_ms", "tpot_ms"})
-THROUGHPUT_UNITS = {"requests_per_s": "1/s", "output_tokens_per_s": "tokens/s", "input_tokens_per_s": "tokens/s",
-                    "total_tokens_per_s": "tokens/s", "goodput_requests_per_s": "1/s", "duration_s": "s"}
+THROUGHPUT_UNITS = {
+    "requests_per_s": "1/s",
+    "output_tokens_per_s": "tokens/s",
+    "input_tokens_per_s": "tokens/s",
+    "total_tokens_per_s": "tokens/s",
+    "goodput_requests_per_s": "1/s",
+    "duration_s": "s",
+}
 _TOP_ERRORS = 5
 
 

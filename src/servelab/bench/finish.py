@@ -121,13 +121,20 @@ def _worker_lag_reasons(table: pa.Table, shards: list[ShardOutcome], max_lag_ms:
         mine = worker == s.shard
         if lag_ms is not None and mine.any():
             row["lag_p99_ms"] = float(np.percentile(lag_ms[mine], 99))
-        for what, v in (("event-loop timer lag", row["loop_lag_p99_ms"]), ("schedule lag", row["lag_p99_ms"])):
+        for what, v in (
+            ("event-loop timer lag", row["loop_lag_p99_ms"]),
+            ("schedule lag", row["lag_p99_ms"]),
+        ):
             if v is not None and v > max_lag_ms:
-                reasons.append(f"worker {s.shard} ({s.host}) lagged: {what} p99 {v:.3g} ms exceeds {max_lag_ms:g} ms "
-                               "(give that worker fewer users or a lower rate: add workers or hosts)")
+                reasons.append(
+                    f"worker {s.shard} ({s.host}) lagged: {what} p99 {v:.3g} ms exceeds {max_lag_ms:g} ms "
+                    "(give that worker fewer users or a lower rate: add workers or hosts)"
+                )
         if s.outcome is None:
-            reasons.append(f"worker {s.shard} ({s.host}) failed: {s.error or 'exit ' + str(s.exitcode)}; what it "
-                           "had in flight is recorded as cancelled")
+            reasons.append(
+                f"worker {s.shard} ({s.host}) failed: {s.error or 'exit ' + str(s.exitcode)}; what it "
+                "had in flight is recorded as cancelled"
+            )
         rows.append(row)
     return reasons, rows
 
@@ -175,7 +182,8 @@ def finish_run(spec: RunSpec, shards: list[ShardOutcome], manifest: dict[str, An
     summary["evidence"] = run_evidence(iter_tables(rp, _EVIDENCE_COLUMNS), summary, manifest)
     write_json(run_dir / "summary.json", summary)
     _finish_manifest(spec, shards, manifest, outcome)
-    if not dead:  # the Parquet files hold everything: the crash journals go (a run that lost a shard keeps them)
+    # the Parquet files hold everything: the crash journals go (a run that lost a shard keeps them)
+    if not dead:
         retire_journals(run_dir, n_req, n_ses)
     result = RunResult(run_dir, summary, outcome, cfg, shards=shards)
     if report:
@@ -183,7 +191,9 @@ def finish_run(spec: RunSpec, shards: list[ShardOutcome], manifest: dict[str, An
     return result
 
 
-def _telemetry(run_dir: Path, shards: list[ShardOutcome], summary: dict[str, Any], manifest: dict[str, Any]) -> None:
+def _telemetry(
+    run_dir: Path, shards: list[ShardOutcome], summary: dict[str, Any], manifest: dict[str, Any]
+) -> None:
     tel = next((s.telemetry for s in shards if s.shard == 0 and s.telemetry is not None), None)
     if tel is None:
         return
@@ -191,7 +201,9 @@ def _telemetry(run_dir: Path, shards: list[ShardOutcome], summary: dict[str, Any
     server = summarize_telemetry(tel["columns"], tel["engine"])
     if server.get("available"):
         tokens = summary.get("tokens", {})
-        server["token_agreement"] = token_agreement(server, tokens.get("output") or 0, tokens.get("input") or 0)
+        server["token_agreement"] = token_agreement(
+            server, tokens.get("output") or 0, tokens.get("input") or 0
+        )
     server["scrape_errors"] = tel["errors"]
     summary["server"] = server
     if tel["engine"] and not manifest.get("target", {}).get("engine"):
@@ -208,9 +220,20 @@ def _finish_manifest(spec: RunSpec, shards: list[ShardOutcome], manifest: dict[s
     manifest["clock"] = {"kind": "virtual" if spec.config.target.is_sim else "monotonic",
                          "started_ns": outcome.started_ns, "ended_ns": outcome.ended_ns}
     manifest["executor"] = {
-        "kind": spec.executor, "workers": spec.workers, "coordinator_host": spec.coordinator_host,
-        "shards": [{"worker": s.shard, "host": s.host, "clock_offset_ns": s.clock_offset_ns,
-                    "clock_rtt_ns": s.clock_rtt_ns, "error": s.error, "exitcode": s.exitcode} for s in shards],
+        "kind": spec.executor,
+        "workers": spec.workers,
+        "coordinator_host": spec.coordinator_host,
+        "shards": [
+            {
+                "worker": s.shard,
+                "host": s.host,
+                "clock_offset_ns": s.clock_offset_ns,
+                "clock_rtt_ns": s.clock_rtt_ns,
+                "error": s.error,
+                "exitcode": s.exitcode,
+            }
+            for s in shards
+        ],
     }
     write_json(spec.run_dir / "manifest.json", manifest)
 
