@@ -247,7 +247,7 @@ def knee_section(page: Page, state: Mapping[str, Any], groups: Sequence[Group]) 
                     num(k.get("level"), "{:g}"),
                     _range(k),
                     k.get("confidence") or "-",
-                    num(_tput(best)),
+                    sig(_tput(best)),
                     num(best.get("level"), "{:g}"),
                     len(g.points),
                     k.get("reason") or "",
@@ -326,8 +326,8 @@ def scaling_section(page: Page, state: Mapping[str, Any]) -> None:
                 [
                     p["nodes"],
                     num(p["peak_level"], "{:g}"),
-                    num(p["peak_throughput"]),
-                    num(p["ideal"]),
+                    sig(p["peak_throughput"]),
+                    sig(p["ideal"]),
                     pct(p.get("efficiency")),
                     "bend" if p["nodes"] == bend.get("nodes") else "",
                 ]

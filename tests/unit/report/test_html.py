@@ -210,3 +210,15 @@ def test_tick_labels_show_each_groups_sample_count():
         {"levels": [1.0, 4.0, 16.0], "counts": [30, 29, 12]},
     ]
     assert counts_labels(groups, [1.0, 4.0, 16.0]) == ["1\nn=30", "4\nn=30/29", "16\nn=-/12"]
+
+
+def test_knee_table_peak_throughput_has_three_significant_figures(grouped):
+    page = write_sweep_report(grouped).read_text()
+    rows = re.findall(r'<tr><td class="l">max_num_seqs=\d</td>((?:<td class="">[^<]*</td>){5})', page)
+    assert len(rows) == 2
+    for cells in rows:
+        peak = re.findall(r'<td class="">([^<]*)</td>', cells)[3]
+        digits = re.sub(r"[^0-9]", "", peak).lstrip("0")
+        if "." not in peak:
+            digits = digits.rstrip("0")
+        assert peak != "-" and len(digits) <= 3, peak
