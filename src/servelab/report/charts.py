@@ -38,7 +38,7 @@ def pareto_chart(series: Sequence[Mapping[str, Any]], path: Path, *, per: str = 
             ax.annotate(str(lv), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7, color="#444")
     if every:
         front = [every[i] for i in pareto_front(every)]
-        ax.step([p[0] for p in front], [p[1] for p in front], where="post", color="black", lw=2, alpha=0.5,
+        ax.step([p[0] for p in front], [p[1] for p in front], where="pre", color="black", lw=2, alpha=0.5,
                 label="Pareto front")
     xs_all, ys_all = [p[0] for p in every] or [1.0], [p[1] for p in every] or [1.0]
     ax.set_xlim(0, max(xs_all) * 1.2)

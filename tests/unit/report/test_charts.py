@@ -72,3 +72,23 @@ def test_server_series_counts_an_aliased_metric_once_and_averages_kv_usage_over_
     # KV: the mean of the two engines (0.2 and 0.4 -> 0.3), not the sum over both names (1.2)
     assert got["kv_cache_usage"] == {0: pytest.approx(0.3), 5: pytest.approx(0.4)}
     assert got["requests_running"] == {0: 7.0, 5: 7.0}  # running requests add up over engines
+
+
+def test_pareto_front_is_drawn_as_the_attainable_staircase(tmp_path, monkeypatch):
+    # (10 tok/s per user, 100 tok/s per GPU) and (20, 50): between them, 50 tok/s per GPU is attainable at
+    # 20 tok/s per user, 100 only up to 10; the step must fall at x = 10, not run on at 100 to x = 20
+    from matplotlib.cbook import STEP_LOOKUP_MAP
+
+    drawn = {}
+    real_save = charts._save
+
+    def keep(fig, path):
+        front = next(ln for ln in fig.axes[0].get_lines() if ln.get_label() == "Pareto front")
+        xs, ys = STEP_LOOKUP_MAP[front.get_drawstyle()](front.get_xdata(), front.get_ydata())
+        drawn["corners"] = {(float(x), float(y)) for x, y in zip(xs, ys, strict=True)}
+        return real_save(fig, path)
+
+    monkeypatch.setattr(charts, "_save", keep)
+    series = [{"label": "a", "points": [(10.0, 100.0, "1"), (20.0, 50.0, "2")]}]
+    charts.pareto_chart(series, tmp_path / "p.png")
+    assert (10.0, 50.0) in drawn["corners"] and (20.0, 100.0) not in drawn["corners"]
