@@ -48,7 +48,7 @@ def pareto_chart(series: Sequence[Mapping[str, Any]], path: Path, *, per: str = 
     ax.set_title(f"Throughput per {per} against interactivity ({len(every)} points; labels: load level)",
                  fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="upper right")
+    ax.legend(fontsize=8, loc="best")  # not over the points: they sit up and right by design
     return _save(fig, path)
 
 

@@ -92,3 +92,23 @@ def test_pareto_front_is_drawn_as_the_attainable_staircase(tmp_path, monkeypatch
     series = [{"label": "a", "points": [(10.0, 100.0, "1"), (20.0, 50.0, "2")]}]
     charts.pareto_chart(series, tmp_path / "p.png")
     assert (10.0, 50.0) in drawn["corners"] and (20.0, 100.0) not in drawn["corners"]
+
+
+def test_pareto_legend_does_not_cover_the_points(tmp_path, monkeypatch):
+    # two runs at nearly the same point, up and to the right (where a fixed upper-right legend sat)
+    covered = {}
+    real_save = charts._save
+
+    def keep(fig, path):
+        fig.canvas.draw()
+        ax = fig.axes[0]
+        box = ax.get_legend().get_window_extent()
+        pts = ax.transData.transform([(96.5, 1460.0), (96.6, 1461.0)])
+        covered["n"] = sum(box.contains(x, y) for x, y in pts)
+        return real_save(fig, path)
+
+    monkeypatch.setattr(charts, "_save", keep)
+    series = [{"label": "20261204-085612", "points": [(96.5, 1460.0, "20261204-085612")]},
+              {"label": "20261204-090451-seed2", "points": [(96.6, 1461.0, "20261204-090451-seed2")]}]
+    charts.pareto_chart(series, tmp_path / "p.png")
+    assert covered["n"] == 0
