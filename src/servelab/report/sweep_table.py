@@ -121,10 +121,18 @@ def render_decision(decision: dict[str, Any], console: Console) -> None:
         f" (tasks/h over the common window {win[0]:,.0f}-{win[1]:,.0f} s of every run)" if win else ""
     )
     t = Table(title=title, title_justify="left")
-    for c in DECISION_HEAD:
-        t.add_column(c, justify="left" if c in ("target", "note") else "right", no_wrap=c == "target")
-    for row in decision_rows(decision):
-        t.add_row(*row)
+    rows = decision_rows(decision)
+    # columns with nothing measured (tasks, $/task in a plain sweep) are left out here (the CSV keeps
+    # them), so the rest fit; no cell is cut short with an ellipsis: a long one folds onto a second line
+    keep = [i for i, c in enumerate(DECISION_HEAD)
+            if c == "target" or any(r[i] not in ("-", "") for r in rows)]
+    for i in keep:
+        c = DECISION_HEAD[i]
+        words = c in ("target", "note")  # these wrap; the figures stay whole, headers on two lines
+        t.add_column(c if words else c.replace(" ", "\n", 1), justify="left" if words else "right",
+                     overflow="fold", no_wrap=not words)
+    for row in rows:
+        t.add_row(*[row[i] for i in keep])
     console.print(t)
     for a in decision.get("advice", []):
         console.print(f"advice ({a['kind']}): {a['text']}", highlight=False, markup=False)
