@@ -25,7 +25,9 @@ from servelab.records.journal import (
 )
 from servelab.records.rundir import REQUEST_SCHEMA, SESSION_SCHEMA, rows_to_table
 
-BATCH_ROWS = 4096
+BATCH_ROWS = 4096  # rows per row group of the Parquet file
+GROUP_TOKENS = 1 << 21  # ... or this many token times (16 MB as int64), whichever comes first
+CHUNK_ROWS, CHUNK_TOKENS = 1024, 1 << 16  # rows converted from Python at a time (bounded transient memory)
 _REQUEST_TIMES = ("intended_ns", "sent_ns", "first_byte_ns", "first_token_ns", "first_content_ns",
                   "first_reasoning_ns", "last_token_ns", "end_ns")
 _SESSION_TIMES = ("start_ns", "end_ns")
@@ -65,21 +67,45 @@ def _stream(run_dir: Path, name: str, shifts_ns: Mapping[int, int], times: tuple
 
 
 def _write(rows: Iterator[dict[str, Any]], schema: pa.Schema, out: Path) -> int:
+    """Rows -> Parquet. Python rows are converted a small chunk at a time (``CHUNK_ROWS`` rows or
+    ``CHUNK_TOKENS`` token times: their dicts and ints cost ~40 bytes a token), the Arrow chunks (8 bytes a
+    token) are gathered into row groups of ``BATCH_ROWS`` rows or ``GROUP_TOKENS`` token times."""
     writer: pq.ParquetWriter | None = None
     n = 0
     batch: list[dict[str, Any]] = []
+    group: list[pa.Table] = []
+    rows_in_group = tokens = group_tokens = 0
+
+    def convert() -> None:
+        nonlocal batch, tokens, rows_in_group, group_tokens
+        group.append(rows_to_table(batch, schema).cast(schema))
+        rows_in_group += len(batch)
+        group_tokens += tokens
+        batch, tokens = [], 0
+
+    def flush() -> None:
+        nonlocal writer, n, rows_in_group, group_tokens
+        # no dictionary for list columns (token times are all distinct: trying one costs ~40 bytes a token)
+        writer = writer or pq.ParquetWriter(out, schema, use_dictionary=[
+            f.name for f in schema if not pa.types.is_list(f.type)])
+        writer.write_table(pa.concat_tables(group) if group else rows_to_table([], schema).cast(schema))
+        n += rows_in_group
+        group.clear()
+        rows_in_group = group_tokens = 0
+
     try:
         for r in rows:
             batch.append(r)
-            if len(batch) >= BATCH_ROWS:
-                writer = writer or pq.ParquetWriter(out, schema)
-                writer.write_table(rows_to_table(batch, schema).cast(schema))
-                n += len(batch)
-                batch = []
-        if batch or writer is None:
-            writer = writer or pq.ParquetWriter(out, schema)
-            writer.write_table(rows_to_table(batch, schema).cast(schema))
-            n += len(batch)
+            tt = r.get("token_times_ns")
+            tokens += len(tt) if tt.__class__ is list else 0
+            if len(batch) >= CHUNK_ROWS or tokens >= CHUNK_TOKENS:
+                convert()
+                if rows_in_group >= BATCH_ROWS or group_tokens >= GROUP_TOKENS:
+                    flush()
+        if batch:
+            convert()
+        if group or writer is None:
+            flush()
     finally:
         if writer is not None:
             writer.close()

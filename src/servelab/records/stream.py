@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 
 from servelab.records.rundir import REQUEST_SCHEMA, conform
 
-BATCH_ROWS = 4096
+BATCH_ROWS = 1024
 
 
 def iter_tables(path: str | Path, columns: Sequence[str] | None = None, *, schema: pa.Schema = REQUEST_SCHEMA,
@@ -27,7 +27,7 @@ def iter_tables(path: str | Path, columns: Sequence[str] | None = None, *, schem
     want = list(columns) if columns is not None else list(schema.names)
     have = [c for c in want if c in f.schema_arrow.names]
     sub = pa.schema([schema.field(c) for c in want if c in schema.names])
-    for batch in f.iter_batches(batch_size=batch_rows, columns=have):
+    for batch in f.iter_batches(batch_size=batch_rows, columns=have, use_threads=False):
         yield conform(pa.Table.from_batches([batch]), sub)
 
 
