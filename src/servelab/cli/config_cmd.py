@@ -59,6 +59,16 @@ def _variants(annotation: Any) -> list[type[BaseModel]]:
     return list(dict.fromkeys(_models_in(annotation)))
 
 
+def _list_items(annotation: Any) -> list[type[BaseModel]]:
+    """The section model of a ``list[Model] | None`` field (e.g. ``mix``), else []."""
+    import typing
+
+    for a in (annotation, *typing.get_args(annotation)):
+        if typing.get_origin(a) is list:
+            return _variants(typing.get_args(a)[0])
+    return []
+
+
 def _type_words(annotation: Any) -> str:
     text = str(annotation).replace("typing.", "").replace("NoneType", "None")
     if "Distribution" in text or "Fixed" in text:
@@ -102,6 +112,9 @@ def rows(model: type[BaseModel] = None, prefix: str = "", depth: int = 0) -> lis
         out.append({"key": path, "type": _type_words(info.annotation), "default": _default(info),
                     "flags": ", ".join(flags.get(path, [])), "description": (info.description or "").strip()})
         subs = _variants(info.annotation)
+        items = _list_items(info.annotation)
+        if items:  # a list of sections (mix): each item's keys as KEY[].FIELD
+            out += rows(items[0], f"{path}[].", depth + 1)
         if path in _NOT_WALKED or depth > 2 or any("kind" in s.model_fields and path.endswith(
                 ("input_tokens", "output_tokens")) for s in subs):
             continue

@@ -75,6 +75,15 @@ def test_the_doc_lists_every_key_with_its_flag():
     assert all(r["description"] for r in rows()), [r["key"] for r in rows() if not r["description"]]
 
 
+def test_the_doc_lists_each_mix_class_key():
+    # `mix` is a list of classes: each class's keys are listed as mix[].KEY (issue 10's per-class mix keys).
+    by_key = {r["key"]: r for r in rows()}
+    for k in ("workload", "name", "concurrency", "rate", "sessions", "tenant", "api_key_env", "headers"):
+        assert f"mix[].{k}" in by_key, k
+    assert by_key["mix[].workload"]["default"] == "required"
+    assert "mix[].workload" in render_doc()
+
+
 def test_the_doc_names_replay_flags_on_the_replay_workload_keys():
     replay = {r["key"]: r["flags"] for r in rows() if "(kind: replay)" in r["description"]}
     assert replay["workload.speed"] == "replay --speed" and replay["workload.start_s"] == "replay --start"
