@@ -18,6 +18,7 @@ rate is at least ``MIN_SUCCESS`` (and task p95 meets ``task_p95_slo_s`` when one
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -188,7 +189,12 @@ def _targets(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     for r in rows:
         seen.setdefault(r["target"], {"target": r["target"], "model": r["model"], "gpus": r["gpus"],
                                       "nodes": r["nodes"]})
-    return sorted(seen.values(), key=lambda t: (t["gpus"] or 0, t["target"]))
+    return sorted(seen.values(), key=lambda t: (t["gpus"] or 0, _natural(t["target"])))
+
+
+def _natural(name: str) -> list[tuple[int, float | str]]:
+    """Sort key reading the numbers in a name as numbers (max_num_seqs=4 before max_num_seqs=16)."""
+    return [(0, float(x)) if x[:1].isdigit() else (1, x) for x in re.findall(r"\d+(?:\.\d+)?|\D+", name)]
 
 
 def _by_level(rows: Sequence[Mapping[str, Any]], target: str) -> dict[float, Mapping[str, Any]]:
@@ -210,7 +216,8 @@ def decision_table(points: Sequence[PointData], *, gpu_hour_usd: float | None = 
     """``{rows, window_s, goal, crossovers, advice, targets}``; see the module docstring."""
     win = common_window(points)
     rows = [
-        _row(p, win, gpu_hour_usd) for p in sorted(points, key=lambda p: (p.gpus or 0, p.target, p.level))
+        _row(p, win, gpu_hour_usd)
+        for p in sorted(points, key=lambda p: (p.gpus or 0, _natural(p.target), p.level))
     ]
     col, cost = _goal(rows)
     _collapse(rows, col)

@@ -133,3 +133,12 @@ def test_advice_warns_when_targets_were_priced_by_different_backends():
     for p in pts:
         p.summary["simulator"] = {"backend": "roofline"}
     assert not [a for a in decision_table(pts, gpu_hour_usd=2.0)["advice"] if a["kind"] == "backend"]
+
+
+def test_targets_differing_by_a_number_are_ordered_by_that_number():
+    # A max-num-seqs sweep's targets end in numbers: 4, 16, 128 in that order, not 128, 16, 4 (text order).
+    pts = [PointData(target=f"llama max_num_seqs={v}", level=64, summary={"throughput": {}}, model="m",
+                     gpus=1, nodes=1, window_s=60.0, task_ends_s=[]) for v in (128, 16, 4)]
+    t = decision_table(pts)
+    assert [r["target"] for r in t["rows"]] == [f"llama max_num_seqs={v}" for v in (4, 16, 128)]
+    assert [x["target"] for x in t["targets"]] == [f"llama max_num_seqs={v}" for v in (4, 16, 128)]
