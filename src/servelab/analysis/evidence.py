@@ -169,7 +169,7 @@ def evidence_rows(ev: Mapping[str, Any]) -> list[tuple[str, str]]:
                 "expert-load imbalance",
                 f"p50 {_f(moe['imbalance_p50'])}, p95 {_f(moe['imbalance_p95'])} "
                 f"(max/mean tokens per EP rank over {moe['steps']:,} steps; "
-                f"at most ep = {moe.get('ep', '?')})",
+                + (f"at most ep = {moe['ep']})" if moe.get("ep") else "ep not known for this target)"),
             )
         )
     if "communication_share" in moe:

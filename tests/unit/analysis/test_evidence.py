@@ -95,3 +95,13 @@ def test_terminal_shows_the_evidence():
     assert "KV-cache usage" in out and "peak 97.0%" in out and "above 90% for 15.00 s" in out
     assert "p50 1.40, p95 3.00" in out and "at most ep = 8" in out
     assert "server queue p50 45.00 / p95 85.50 ms" in out
+
+
+def test_imbalance_without_a_known_ep_says_so():
+    # An HTTP target exports the imbalance gauge but servelab cannot know its ep: no "at most ep = ?".
+    ev = {"moe": {"imbalance_p50": 1.0, "imbalance_p95": 1.5, "steps": 10}}
+    (row,) = [text for name, text in evidence_rows(ev) if name == "expert-load imbalance"]
+    assert "?" not in row and "ep not known" in row
+    ev["moe"]["ep"] = 8
+    (row,) = [text for name, text in evidence_rows(ev) if name == "expert-load imbalance"]
+    assert "at most ep = 8" in row
