@@ -251,11 +251,13 @@ class _RefProto(asyncio.Protocol):
             self.fut.set_exception(ConnectionError("lost"))
 
 
-async def _run_reference(url: str, n: int, duration: float, stream: bool, res: Result) -> None:
+async def _run_reference(url: str, n: int, duration: float, stream: bool, res: Result,
+                         prompt: list[dict] | None = None) -> None:
     from urllib.parse import urlsplit
 
     parts = urlsplit(url)
-    body = orjson.dumps({"model": MODEL, "messages": PROMPT, "max_tokens": TOKENS, "stream": stream})
+    body = orjson.dumps({"model": MODEL, "messages": prompt or PROMPT, "max_tokens": TOKENS,
+                         "stream": stream})
     req = (b"POST %s/chat/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
            b"Content-Length: %d\r\n\r\n%s" % (parts.path.encode(), parts.netloc.encode(), len(body), body))
     loop = asyncio.get_running_loop()
@@ -355,8 +357,11 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=4.0, help="seconds per client run")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per case (medians reported)")
     ap.add_argument("--quick", action="store_true", help="2 s runs, 1 round, concurrency 64 only")
-    ap.add_argument("--cases", default="stream,completions,json,ttft",
-                    help="comma-separated subset of stream,completions,json,ttft")
+    ap.add_argument("--cases", default="stream,completions,json,ttft,long,whole",
+                    help="comma-separated subset of stream,completions,json,ttft,long,whole")
+    ap.add_argument("--scale", type=float, default=1.0,
+                    help="long/whole cases: scale the request count and prompt size down (e.g. 0.3 on a "
+                         "busy shared box); figures are ratios to the raw reference of the same size")
     args = ap.parse_args()
     duration = 2.0 if args.quick else args.duration
     rounds = 1 if args.quick else args.rounds
@@ -369,6 +374,11 @@ def main() -> None:
     base = f"http://127.0.0.1:{port}"
     try:
         _report(ctx, base, duration, rounds, concurrencies, set(args.cases.split(",")))
+        cases = set(args.cases.split(","))
+        if "long" in cases:
+            _long_context(base, duration, args.scale)
+        if "whole" in cases:
+            _whole_run(base, args.scale)
     finally:
         server.terminate()
         server.join(timeout=10)
@@ -457,6 +467,136 @@ def _ttft(ctx, base: str, duration: float, n: int) -> None:
         print(f"{name:<10} err p50 {statistics.median(err_ms):.2f} ms  p99 {_p(err_ms, 0.99):.2f} ms   "
               f"lag p50 {statistics.median(lag_ms):.2f} ms  p99 {_p(lag_ms, 0.99):.2f} ms  (n={len(err_ms)})"
               + ("  (target err p99 <= 2 ms)" if name == "servelab" else ""))
+
+
+# ------------------------------------------------------------------ long context and the whole run
+
+# One servelab run (execute, no report) in a fresh interpreter: load-window requests/s and CPU as JSON.
+_LONG = r"""
+import json, resource, sys, time
+from servelab.bench.run import execute
+from servelab.config import RunConfig, validate
+url, conc, dur, tokens, out = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+cfg = validate(RunConfig, {"target": {"url": url, "model": "bench-model"}, "load": {"concurrency": conc},
+    "workload": {"input_tokens": tokens, "output_tokens": 256}, "limits": {"duration_s": dur},
+    "telemetry": {"enabled": False}, "out": out})
+r = execute(cfg, report=False)
+th = r.summary["throughput"]
+print(json.dumps({"requests": r.summary["requests"]["ok"], "load_s": th["duration_s"],
+                  "load_cpu_s": sum(x.load_cpu_s or 0 for x in r.shards)}))
+"""
+
+# The raw reference for the long-context case: one prebuilt body of the same size, sent over and over.
+_LONG_REF = r"""
+import json, sys, time
+sys.path.insert(0, sys.argv[5])
+import client_throughput as ct, uvloop
+url, conc, dur, chars = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+words = ("the quick brown fox jumps over a lazy dog " * (chars // 40 + 1))[:chars]
+res = ct.Result()
+c0, t0 = time.process_time(), time.perf_counter()
+uvloop.run(ct._run_reference(url, conc, dur, True, res, prompt=[{"role": "user", "content": words}]))
+print(json.dumps({"requests": res.requests, "load_s": time.perf_counter() - t0,
+                  "load_cpu_s": time.process_time() - c0, "failed": res.failed}))
+"""
+
+# The raw reference for the whole-run case: a fresh interpreter that sends n requests and exits.
+_WHOLE_REF = r"""
+import asyncio, json, sys, time
+sys.path.insert(0, sys.argv[4])
+import client_throughput as ct, uvloop
+url, conc, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+res = ct.Result()
+async def go():
+    task = asyncio.get_running_loop().create_task(ct._run_reference(url, conc, 3600, True, res))
+    while res.requests < n:
+        await asyncio.sleep(0.005)
+    task.cancel()
+try:
+    uvloop.run(go())
+except BaseException:
+    pass
+print(json.dumps({"requests": res.requests}))
+"""
+
+
+def _py(code: str, *args: str, timeout: float = 900) -> dict:
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr[-2000:])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _peak_of(cmd: list[str], timeout: float = 1800) -> tuple[float, float]:
+    """(wall s, peak RSS MB) of ``cmd`` run under /usr/bin/time-like accounting (os.wait4)."""
+    import os
+    import subprocess
+
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, ru = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t0
+    err = p.stderr.read().decode(errors="replace") if p.stderr else ""
+    code = os.waitstatus_to_exitcode(status)
+    if code not in (0, 1):  # 1: the run is INVALID (a check failed), still a whole run
+        raise RuntimeError(f"exit {code}: {err[-2000:]}")
+    return wall, ru.ru_maxrss / 1024
+
+
+def _verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
+def _long_context(base: str, duration: float, scale: float) -> None:
+    import tempfile
+
+    tokens = max(1000, int(50_000 * scale))
+    conc = 32
+    print(f"\nlong context: {tokens:,}-token prompts (chat), concurrency {conc}, {duration:g} s, "
+          "256 streamed tokens back;\nservelab = a whole `execute` run (prompts built by the workload), "
+          "reference = one prebuilt body of the same size")
+    with tempfile.TemporaryDirectory() as tmp:
+        s = _py(_LONG, f"{base}/stream/v1", str(conc), str(duration), str(tokens), tmp)
+    chars = int(6.2 * tokens)  # the synthesized prose runs ~6.2 bytes per token (310 KB at 50k)
+    here = str(__file__.rsplit("/", 1)[0])
+    r = _py(_LONG_REF, f"{base}/stream/v1", str(conc), str(duration), str(chars), here)
+    rows = {"servelab": s, "raw reference": r}
+    print(f"{'client':<14} {'req/s':>8} {'CPU ms/req':>11}")
+    for name, x in rows.items():
+        cpu_ms = 1e3 * x['load_cpu_s'] / max(1, x['requests'])
+        print(f"{name:<14} {x['requests'] / x['load_s']:>8.1f} {cpu_ms:>11.3f}")
+    ratio = (s["requests"] / s["load_s"]) / (r["requests"] / r["load_s"])
+    print(f"ratio servelab/raw req/s (long context): {ratio:.2f}  target >= 0.9: {_verdict(ratio >= 0.9)}")
+
+
+def _whole_run(base: str, scale: float) -> None:
+    import shutil
+    import sys
+    import tempfile
+
+    n = max(500, int(10_000 * scale))
+    conc = 64
+    exe = shutil.which("servelab") or ""
+    print(f"\nwhole run: {n:,} requests x 256 streamed tokens, concurrency {conc}; wall time of the whole "
+          "process (`servelab run ... --json`: import, load, Parquet, summary, report)\nagainst a raw "
+          "reference process sending the same requests; peak RSS of each")
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [exe] if exe else [sys.executable, "-m", "servelab.cli.main"]
+        s_wall, s_mb = _peak_of([*cmd, "run", "--target", f"{base}/stream/v1", "--model", MODEL,
+                                 "--concurrency", str(conc), "--requests", str(n), "--input-tokens", "64",
+                                 "--output-tokens", "256", "--out", tmp, "--json"])
+    r_wall, r_mb = _peak_of([sys.executable, "-c", _WHOLE_REF, f"{base}/stream/v1", str(conc), str(n),
+                             str(__file__.rsplit("/", 1)[0])])
+    print(f"{'client':<14} {'wall s':>8} {'req/s':>8} {'peak MB':>8}")
+    print(f"{'servelab':<14} {s_wall:>8.2f} {n / s_wall:>8.0f} {s_mb:>8.0f}")
+    print(f"{'raw reference':<14} {r_wall:>8.2f} {n / r_wall:>8.0f} {r_mb:>8.0f}")
+    ratio, mem = r_wall / s_wall, s_mb / r_mb
+    print(f"ratio servelab/raw whole-run rate: {ratio:.2f}  target >= 0.75: {_verdict(ratio >= 0.75)}")
+    print(f"peak memory servelab/raw: {mem:.2f}x  target <= 2x: {_verdict(mem <= 2.0)}")
 
 
 if __name__ == "__main__":
