@@ -257,7 +257,7 @@ class PromptSynthesizer:
         """Measure with the in-process counter; top up or trim a few times; keep the closest."""
         best: tuple[int, list[int], int] | None = None
         for _ in range(4):
-            n = self._measure(" ".join(self.words[i] for i in idx), lead)
+            n = self._measure(" ".join(map(self.words.__getitem__, idx)), lead)
             if best is None or abs(n - target) < abs(best[2] - target):
                 best = (abs(n - target), list(idx), n)
             if n == target:
@@ -272,7 +272,7 @@ class PromptSynthesizer:
                 if over < 0:  # trimmed past the target: refill the difference
                     idx += self._draw(rng, -over, lead=False, start=[])
         assert best is not None
-        return Prompt(" ".join(self.words[i] for i in best[1]), best[2], target)
+        return Prompt(" ".join(map(self.words.__getitem__, best[1])), best[2], target)
 
     async def count(self, text: str) -> int | None:
         """Count any text with the synthesizer's counter (e.g. a fixed system prompt, once)."""
