@@ -401,7 +401,7 @@ async def test_clean_server_gives_ok_records_with_usage(serve):
         probe = HttpProbe(probe_options(t.target), t.clock)
         try:
             assert (await probe.count_tokens("one two three")) == 3
-            assert (await probe.describe())["engine"] == "servelab"
+            assert (await probe.describe())["engine"] == "servelab-sim"  # the same name as in process
         finally:
             await probe.aclose()
     finally:

@@ -11,6 +11,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from servelab.records.engines import display_name
 from servelab.records.summary import dig as _get
 
 # summary keys -> what a person calls them (the unit is shown beside, never in the key)
@@ -49,8 +50,6 @@ NAMES: dict[str, str] = {
     "requests_waiting": "requests waiting",
     "gpu_utilization": "GPU utilisation",
 }
-ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM", "tensorrt-llm": "TensorRT-LLM",
-                "llamacpp": "llama.cpp", "llama.cpp": "llama.cpp", "servelab-sim": "servelab simulator"}
 # config.models.DEFAULT_CONCURRENCY, mirrored (report does not import config); a test keeps them equal
 DEFAULT_CONCURRENCY = 16
 UNITS: dict[str, str] = {"requests_per_s": "req/s", "output_tokens_per_s": "tokens/s",
@@ -182,7 +181,7 @@ def engine_words(manifest: Mapping[str, Any]) -> str | None:
         eng = eng.get("name")
     if not eng or eng == "unknown":
         return "engine not identified" if eng == "unknown" else None
-    eng = ENGINE_NAMES.get(str(eng).lower(), eng)
+    eng = display_name(eng)
     ver = t.get("version")
     return f"{eng} {ver}" if ver and str(eng) == t.get("engine") else str(eng)
 
@@ -266,7 +265,7 @@ def target_words(manifest: Mapping[str, Any]) -> str:
     url = _get(manifest, "config", "target", "url") or (manifest.get("target") or {}).get("url")
     dep_engine = _get(manifest, "target", "deployment", "engine")
     if is_simulated(manifest) and dep_engine:
-        eng = f"{ENGINE_NAMES.get(str(dep_engine).lower(), dep_engine)} engine profile"
+        eng = f"{display_name(dep_engine)} engine profile"
     how = f"{kind}, {eng}" if eng else kind
     where = "" if is_simulated(manifest) or not url else f" at {url}"
     return f"{model_name(manifest)}" + (f" on {hw}" if hw else "") + f" ({how}{where})"

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from servelab.records.engines import SIMULATOR, engine_of_series
+
 
 @dataclass(frozen=True)
 class Canon:
@@ -42,7 +44,8 @@ CANONICAL = {
 
 G, C, H = "gauge", "counter", "histogram"
 
-ENGINE_NAMES: dict[str, Canon] = {
+# Each engine's series name -> its canonical metric (engines themselves: servelab.records.engines).
+ENGINE_SERIES: dict[str, Canon] = {
     # vLLM (current names, and the older ones renamed in recent versions)
     "vllm:num_requests_running": Canon("requests_running", G),
     "vllm:num_requests_waiting": Canon("requests_waiting", G),
@@ -101,20 +104,10 @@ ENGINE_NAMES: dict[str, Canon] = {
     "DCGM_FI_DEV_SM_CLOCK": Canon("gpu_sm_clock_mhz", G),
 }
 
-# Name prefix -> engine kind, for engine detection from a /metrics page.
-ENGINE_PREFIXES = (
-    ("vllm:", "vllm"),
-    ("sglang:", "sglang"),
-    ("llamacpp:", "llama.cpp"),
-    ("nv_trt_llm_", "tensorrt-llm"),
-    ("servelab_sim_", "servelab-sim"),
-    ("DCGM_FI_", "dcgm"),
-)
-
 
 def canonical(name: str, labels: dict[str, str]) -> Canon | None:
     """The canonical metric for an engine series name (without histogram suffix), or None."""
-    c = ENGINE_NAMES.get(name)
+    c = ENGINE_SERIES.get(name)
     if c is None:
         return None
     for k, v in c.match:
@@ -127,10 +120,9 @@ def detect_engine(names: set[str] | list[str]) -> str | None:
     """The engine whose metric prefix covers most series; the simulator wins over its vLLM names."""
     counts: dict[str, int] = {}
     for n in names:
-        for prefix, engine in ENGINE_PREFIXES:
-            if n.startswith(prefix):
-                counts[engine] = counts.get(engine, 0) + 1
-    if "servelab-sim" in counts:
-        return "servelab-sim"
-    counts.pop("dcgm", None)
+        engine = engine_of_series(n)  # GPU exporters (DCGM_FI_*) name no engine
+        if engine is not None:
+            counts[engine] = counts.get(engine, 0) + 1
+    if SIMULATOR in counts:
+        return SIMULATOR
     return max(counts, key=lambda k: counts[k]) if counts else None

@@ -31,15 +31,11 @@ import orjson
 
 from servelab.clock import Clock, WallClock
 from servelab.errors import TargetError
+from servelab.records.engines import engine_id, engines_in_metrics, engines_named_in
 from servelab.transport import _wire
 from servelab.transport._plain import PlainExchange
 from servelab.transport._pool import Pool
 
-KNOWN_ENGINES: dict[str, str] = {
-    "vllm": "vllm", "sglang": "sglang", "llamacpp": "llama.cpp", "llama.cpp": "llama.cpp",
-    "tensorrt_llm": "tensorrt-llm", "trtllm": "tensorrt-llm", "tgi": "tgi", "servelab": "servelab"}
-_METRIC_PREFIX_ENGINE = (("vllm:", "vllm"), ("sglang:", "sglang"), ("llamacpp:", "llama.cpp"),
-                         ("trtllm_", "tensorrt-llm"), ("servelab_sim_", "servelab"))
 SMALL_CALL_TIMEOUT_S = 30.0
 _INFO_LINE = re.compile(r'^([A-Za-z_:][\w:]*_info)\{(.*)\}\s+\S+\s*$')
 _LABEL = re.compile(r'([A-Za-z_]\w*)="((?:[^"\\]|\\.)*)"')
@@ -272,7 +268,7 @@ def engine_facts(entries: Sequence[Mapping[str, Any]], answers: Mapping[str, byt
         facts["max_model_len"] = lens  # by served model
         if len(set(lens.values())) == 1:
             facts["max_context_len"] = next(iter(lens.values()))
-    guesses: list[str | None] = [KNOWN_ENGINES.get(o) for o in owners]
+    guesses: list[str | None] = [engine_id(o) for o in owners]
     version = _version(answers.get("/version"))
     sglang = _json(answers.get("/get_server_info", b""))
     if isinstance(sglang, dict) and sglang:
@@ -290,10 +286,9 @@ def engine_facts(entries: Sequence[Mapping[str, Any]], answers: Mapping[str, byt
         info = info_metrics(text)
         if info:
             facts["info_metrics"] = info
-        guesses += [e for p, e in _METRIC_PREFIX_ENGINE if p in text]
+        guesses += engines_in_metrics(text)
     if server_header:
-        low = server_header.lower()
-        guesses += [v for k, v in KNOWN_ENGINES.items() if k in low]
+        guesses += engines_named_in(server_header)
     facts["engine"] = next((g for g in guesses if g), "unknown")
     facts["version"] = version
     return facts
