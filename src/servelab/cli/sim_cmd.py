@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from servelab.config.models import DEFAULT_TARGET
 from servelab.errors import ConfigError
 
 app = typer.Typer(help="The simulated serving engine.", no_args_is_help=True, add_completion=False)
@@ -14,10 +15,11 @@ app = typer.Typer(help="The simulated serving engine.", no_args_is_help=True, ad
 @app.command("serve")
 def serve_cmd(
     deployment: str = typer.Option(
-        "sim",
+        DEFAULT_TARGET,
         "--deployment",
         "-d",
-        help="Simulated deployment: sim, sim:MODEL@COUNTxHARDWARE[,k=v...] or a YAML.",
+        help="Simulated deployment: sim:MODEL@COUNTxHARDWARE[,k=v...], a YAML, or sim (a tiny synthetic "
+        "model, for tests). The default is run's and sweep's default target.",
     ),
     host: str = typer.Option("127.0.0.1", help="Address to bind (loopback unless told otherwise)."),
     port: int = typer.Option(8000, help="TCP port (0: any free port)."),
