@@ -6,6 +6,7 @@ a subprocess against the simulator's HTTP server, interrupted with SIGINT."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import socket
@@ -141,6 +142,34 @@ def test_graceful_ctrl_c_exits_130_with_the_summary_marked_interrupted(http_targ
     assert m is not None and int(m.group(1)) == summary["requests"]["cancelled"] <= 4, err.decode()[-600:]
     data = read_run(next(tmp_path.iterdir()))
     assert data.complete and data.manifest["status"] == "interrupted" and data.manifest["interrupted"] is True
+
+
+def test_an_interrupted_run_is_not_called_valid_in_the_terminal_show_or_report(http_target, tmp_path, capsys):
+    # Before: "valid: yes" printed above the "interrupted" line, and show / report.html said VALID.
+    env = {**os.environ, "COLUMNS": "250"}
+    run = subprocess.Popen([sys.executable, "-m", "servelab.cli.main", "run", "--target", http_target,
+                            "--concurrency", "4", "--requests", "100000", "--output-tokens", "64",
+                            "--ignore-eos", "--out", str(tmp_path)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    _wait_for_records(tmp_path)
+    run.send_signal(signal.SIGINT)
+    out, err = run.communicate(timeout=120)
+    assert run.returncode == 130, err.decode()
+    run_dir = next(tmp_path.iterdir())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    r = summary["requests"]
+    sent = r["sent"] + r["warmup"]  # every request sent before Ctrl-C, of the 100,000 asked for
+    assert 0 < sent < 100_000 and summary["valid"] is False
+    line = (f"the run was interrupted after {sent:,} of 100,000 planned requests: the figures cover only "
+            "what finished (a partial run)")
+    assert summary["invalid_reasons"] == [line]
+    text = out.decode()
+    assert "valid: yes" not in text and f"INVALID: {line}" in text
+    assert main(["show", str(run_dir)]) == 0  # show prints; it is not the run's verdict
+    shown = capsys.readouterr().out
+    assert "valid: yes" not in shown and "INVALID: the run was interrupted after" in shown
+    html = (run_dir / "report.html").read_text()
+    assert "<b>VALID</b>" not in html and "<b>INVALID</b>: the run was interrupted after" in html
 
 
 def test_second_ctrl_c_while_finishing_still_writes_the_summary(http_target, tmp_path):

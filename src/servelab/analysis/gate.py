@@ -173,7 +173,8 @@ def invalid_reasons(summary: Mapping[str, Any]) -> list[str] | None:
     reasons = list(summary.get("invalid_reasons") or [])
     if summary.get("interrupted") is True:
         flags.append(False)
-        reasons.append("the run was interrupted: its figures cover only what finished")
+        if not any("interrupted" in str(r) for r in reasons):  # older summaries: valid, with a warning
+            reasons.append("the run was interrupted: its figures cover only what finished")
     if isinstance(validity, Mapping):
         flags.append(validity.get("valid"))
         reasons += [r for r in validity.get("reasons") or [] if r not in reasons]

@@ -39,6 +39,7 @@ from servelab.analysis.metrics import (
 from servelab.analysis.sketch import EXACT_MAX_VALUES, MetricAccumulator
 from servelab.analysis.validity import (
     count_reasons,
+    interrupted_reasons,
     lag_reasons,
     runner_reasons,
     verdict_reasons,
@@ -301,6 +302,7 @@ def summarize_batches(
     reasons = count_reasons(requests, unknown)
     reasons += lag_reasons(mode, metrics["lag_ms"]["p99"], max_lag)
     reasons += runner_reasons(extra, max_lag, acc.n)
+    reasons += interrupted_reasons(extra, config, requests, (ended_ns - started_ns) / 1e9)
     errors = acc.errors(requests)
     more, load_check = verdict_reasons(acc.kept_columns(), config, mode, requests, errors)
     reasons += more

@@ -13,8 +13,8 @@ Hints from the runner come in ``extra`` (all optional):
   the client's event loop;
 * ``loop_saturated`` (bool): the runner's own verdict that its loop could not keep up;
 * ``requests_issued`` (int): request attempts the runner started (every one must have a record);
-* ``stopped_by`` (str): why sending stopped (``interrupt`` is reported as a warning; ``incomplete``, a run
-  read back from its journals because it never finished, is invalid).
+* ``stopped_by`` (str): why sending stopped (``interrupt``, Ctrl-C, and ``incomplete``, a run read back
+  from its journals because it never finished, are both invalid: the figures cover only part of the run).
 """
 
 from __future__ import annotations
@@ -76,6 +76,29 @@ def runner_reasons(extra: Mapping[str, Any], max_lag_p99_ms: float, records: int
         out.append("the run did not finish (no summary.json was written): these figures were recomputed from "
                    "its journal and may miss requests that were in flight")
     return out
+
+
+def interrupted_reasons(extra: Mapping[str, Any], config: Any, requests: Mapping[str, Any],
+                        elapsed_s: float | None) -> list[str]:
+    """Ctrl-C: the figures cover only what finished before it, so the run is not valid as planned.
+    Says how far it got: of the planned requests (``limits.requests``, warm-up included), of the planned
+    sessions (agent runs) or of the planned duration (``limits.duration_s``)."""
+    if extra.get("stopped_by") != "interrupt":
+        return []
+    sent = int(requests.get("sent", 0)) + int(requests.get("warmup", 0))
+    limits = getattr(config, "limits", None)
+    planned = getattr(limits, "requests", None)
+    sessions = getattr(limits, "sessions", None)
+    duration = getattr(limits, "duration_s", None)
+    if planned and not getattr(config, "is_agent", False):
+        how = f"after {sent:,} of {int(planned):,} planned requests"
+    elif sessions and getattr(config, "is_agent", False):
+        how = f"after {sent:,} requests, before its {int(sessions):,} planned sessions finished"
+    elif duration and elapsed_s is not None:
+        how = f"after {sent:,} requests, {elapsed_s:.3g} s of the planned {duration:g} s"
+    else:
+        how = f"after {sent:,} requests"
+    return [f"the run was interrupted {how}: the figures cover only what finished (a partial run)"]
 
 
 def outcome_reasons(
@@ -211,8 +234,6 @@ def warnings_for(summary: Mapping[str, Any], extra: Mapping[str, Any]) -> list[s
         )
     if tok["mismatch"]:
         out.append(f"{tok['mismatch']} request(s) received more token chunks than the server's usage reports")
-    if extra.get("stopped_by") == "interrupt":
-        out.append("the run was interrupted: figures cover only what finished")
     return out
 
 

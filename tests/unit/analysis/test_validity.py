@@ -138,3 +138,22 @@ def test_latencies_that_vary_but_do_not_grow_are_not_a_shortfall():
     load = s["offered_vs_achieved"]
     assert abs(load["latency_growth"]) < 2 * load["latency_growth_se"] + 0.01
     assert load["window_fraction"] > 0.95  # ~177 of the 184 sent in the window end in it (by hand)
+
+
+def test_an_interrupted_run_is_invalid_and_says_how_far_it_got():
+    # Ctrl-C after 3 warm-up + 10 measured requests of the 200 asked for: 13 of 200 sent.
+    recs = [ok(i, i * 100 * MS, i * 100 * MS + 50 * MS) for i in range(10)]
+    recs += [RequestRecord(request_id=10 + i, status="ok", warmup=True, intended_ns=0, sent_ns=0, end_ns=MS)
+             for i in range(3)]
+    cfg = RunConfig.model_validate({"load": {"concurrency": 1}, "limits": {"requests": 200}})
+    s = build_summary(recs, cfg, started_ns=0, ended_ns=100 * S, extra={"stopped_by": "interrupt"})
+    assert s["valid"] is False and s["interrupted"] is True
+    assert s["invalid_reasons"] == ["the run was interrupted after 13 of 200 planned requests: the figures "
+                                    "cover only what finished (a partial run)"]
+    # A run bounded by time says how long it ran of how long it was asked to: 100 s of 600 s.
+    cfg = RunConfig.model_validate({"load": {"concurrency": 1}, "limits": {"duration_s": 600}})
+    s = build_summary(recs[:10], cfg, started_ns=0, ended_ns=100 * S, extra={"stopped_by": "interrupt"})
+    assert s["invalid_reasons"] == ["the run was interrupted after 10 requests, 100 s of the planned 600 s: "
+                                    "the figures cover only what finished (a partial run)"]
+    # Not interrupted: valid.
+    assert build_summary(recs, cfg, started_ns=0, ended_ns=100 * S)["valid"] is True
