@@ -41,9 +41,7 @@ def run(
     slo_itl_ms: flags.SloItl = None,
     slo_tpot_ms: flags.SloTpot = None,
     slo_e2e_ms: flags.SloE2e = None,
-    profile: Annotated[
-        str | None, typer.Option(help="Agent/workload profile (see `servelab profiles`).")
-    ] = None,
+    profile: flags.Profile = None,
     sessions: Annotated[
         int | None, typer.Option(help="Closed loop: concurrent sessions of the profile.")
     ] = None,
@@ -65,10 +63,7 @@ def run(
             help="With 2+ classes, also run the first class alone and report interference (default: on).",
         ),
     ] = None,
-    gpu_hour_usd: Annotated[
-        float | None,
-        typer.Option(help="Cost: price of one GPU-hour, USD (cost per successful task in the summary)."),
-    ] = None,
+    gpu_hour_usd: flags.GpuHourUsd = None,
     gpus: Annotated[
         int | None, typer.Option(help="Cost: GPUs held (default: the simulator's count, else 1).")
     ] = None,

@@ -10,7 +10,7 @@ import orjson
 import typer
 from rich.console import Console
 
-from servelab.cli import flags as shared
+from servelab.cli import flags
 
 
 def register(app: typer.Typer) -> None:
@@ -18,65 +18,34 @@ def register(app: typer.Typer) -> None:
 
 
 def sweep(
-    target: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="Target URL or sim spec; repeat to sweep targets.", show_default="sim:llama-3.1-8b@1xh100"
-        ),
-    ] = None,
-    model: Annotated[str | None, typer.Option(help="Model name.")] = None,
-    api: Annotated[str | None, typer.Option(help="chat or completions.", show_default="chat")] = None,
-    concurrency: Annotated[
-        str | None,
-        typer.Option(
-            help="Concurrency levels: a list (1,4,16,64,256) or LOW..HIGH, every power of two "
-            "from LOW to HIGH (1..256 = 1,2,4,...,256).",
-            show_default="1,4,16,64,256",
-            metavar="LEVELS",
-        ),
-    ] = None,
-    rate: Annotated[str | None, typer.Option(help="Request rates (req/s), e.g. 1,2,4,8.")] = None,
+    # The run flags, from cli/flags.py (one declaration, run's help); each applies to every point.
+    target: flags.TargetList = None,
+    model: flags.Model = None,
+    api: flags.Api = None,
+    concurrency: flags.ConcurrencyLevels = None,
+    rate: flags.RateLevels = None,
     set_: Annotated[
         list[str] | None,
         typer.Option(
             "--set", help="KEY=V1,V2,... for any config key (dotted) or simulator/server key (repeatable)."
         ),
     ] = None,
-    profile: Annotated[
-        str | None,
-        typer.Option(help="Agent workload profile (e.g. coding-agent): levels are concurrent sessions."),
-    ] = None,
-    gpu_hour_usd: Annotated[
-        float | None,
-        typer.Option(
-            help="Cost: price of one GPU-hour, USD; each target is "
-            "priced at its own GPU count in the decision table."
-        ),
-    ] = None,
-    arrival: Annotated[
-        str | None, typer.Option(help="poisson, gamma or constant.", show_default="poisson")
-    ] = None,
-    burstiness: Annotated[float | None, typer.Option(help="Gamma shape.", show_default="1")] = None,
-    requests: Annotated[
-        int | None,
-        typer.Option(help="Requests per point.", show_default="max(200, 4 x users) unless --duration"),
-    ] = None,
-    duration: Annotated[float | None, typer.Option(help="Seconds per point.")] = None,
-    warmup: Annotated[int | None, typer.Option(help="Warm-up requests per point.", show_default="0")] = None,
-    input_tokens: Annotated[
-        int | None, typer.Option(help="Prompt tokens per request.", show_default="1024")
-    ] = None,
-    output_tokens: Annotated[
-        int | None, typer.Option(help="Output tokens per request.", show_default="256")
-    ] = None,
-    ignore_eos: Annotated[bool | None, typer.Option("--ignore-eos", help="Force output lengths.")] = None,
-    stream: Annotated[
-        bool | None, typer.Option("--stream/--no-stream", help="Stream responses.", show_default="stream")
-    ] = None,
-    api_key_env: Annotated[str | None, typer.Option(help="Env var holding the API key.")] = None,
-    slo_ttft_ms: Annotated[float | None, typer.Option(help="Goodput SLO on TTFT, ms.")] = None,
-    slo_itl_ms: Annotated[float | None, typer.Option(help="Goodput SLO on mean ITL, ms.")] = None,
-    slo_e2e_ms: Annotated[float | None, typer.Option(help="Goodput SLO on end-to-end latency, ms.")] = None,
+    profile: flags.Profile = None,
+    gpu_hour_usd: flags.GpuHourUsd = None,
+    arrival: flags.Arrival = None,
+    burstiness: flags.Burstiness = None,
+    requests: flags.Requests = None,
+    duration: flags.Duration = None,
+    warmup: flags.Warmup = None,
+    input_tokens: flags.InputTokens = None,
+    output_tokens: flags.OutputTokens = None,
+    ignore_eos: flags.IgnoreEos = None,
+    stream: flags.Stream = None,
+    api_key_env: flags.ApiKeyEnv = None,
+    slo_ttft_ms: flags.SloTtft = None,
+    slo_itl_ms: flags.SloItl = None,
+    slo_e2e_ms: flags.SloE2e = None,
+    # The sweep's own flags.
     server_cmd: Annotated[
         str | None,
         typer.Option(
@@ -106,27 +75,27 @@ def sweep(
             help="With --resume: resume even when the target, workload or grid differ from the stored sweep.",
         ),
     ] = False,
-    seed: Annotated[int | None, typer.Option(help="Seed.", show_default="0")] = None,
-    out: Annotated[
-        str | None,
-        typer.Option(help="Directory in which the sweep directory is created.", show_default="runs"),
-    ] = None,
-    name: Annotated[str | None, typer.Option(help="Sweep name.")] = None,
-    config: Annotated[str | None, typer.Option("--config", help="YAML config file.")] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print sweep.json.")] = False,
-    report: Annotated[bool, typer.Option("--report/--no-report", help="Write report.html.")] = True,
-    parallel: shared.Parallel = None,
-    ray: shared.Ray = None,
+    seed: flags.Seed = None,
+    out: flags.Out = None,
+    name: flags.Name = None,
+    config: flags.ConfigFile = None,
+    json_out: flags.JsonOut = False,
+    report: flags.Report = True,
+    parallel: flags.Parallel = None,
+    ray: flags.Ray = None,
 ) -> None:
-    """Run the benchmark over a grid of load levels and settings; find the knee."""
+    """Run the benchmark over a grid of load levels and settings; find the knee.
+
+    Each point is one run: the run flags (--requests, --duration, --warmup, ...) apply to every point.
+    """
     from servelab.cli.options import config_data
     from servelab.errors import ConfigError
     from servelab.sweep.grid import DEFAULT_CONCURRENCY, parse_list, parse_set
     from servelab.sweep.runner import AccuracySpec, ServerSpec, SweepSpec, run_sweep
 
-    flags = dict(locals())
-    flags.update(target=None, concurrency=None, rate=None)
-    base = config_data(config, flags)
+    given = dict(locals())
+    given.update(target=None, concurrency=None, rate=None)
+    base = config_data(config, given)
     axes: dict[str, list] = {}
     if target and len(target) > 1:
         axes["target"] = list(target)
