@@ -6,7 +6,9 @@ synthesizer: each word's token cost is measured with the counter (as the first w
 following word), then a few mixed probe texts check that costs add up and fit a linear correction where
 they do not. After that a prompt of any length is built without calling the counter: words are drawn
 until their costs sum exactly to the target. Where the probes showed that costs do not add up exactly and
-the counter runs in process (``count_now``), each prompt is also measured and topped up or trimmed.
+the counter runs in process (``count_now``), each prompt is also measured and topped up or trimmed; a
+counter that counts words only (the estimate's ``count_words``) is given the word count, so the text is
+joined once, when the prompt is done.
 
 Every prompt starts with a tag: a few words that spell its index in the shuffled vocabulary (least
 significant digit first), so two prompts differ within their first words and a prefix cache sees only the
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from servelab.errors import TargetError
-from servelab.workload.tokens import Source, SyncTokenCounter, TokenCounter
+from servelab.workload.tokens import Source, SyncTokenCounter, TokenCounter, WordCounter
 
 _WORDS = """
 the of and to in is was for on that with as by at from this be are or an which have not it has
@@ -104,9 +106,12 @@ class PromptSynthesizer:
         words = _base_words()
         order = np.random.default_rng([self.seed, 0x5EED]).permutation(len(words))
         self.words: list[str] = [words[i] for i in order]
+        self._word_array = np.array(self.words, dtype=object)  # joined by index arrays (see _join)
         self._lock = asyncio.Lock()
         self._cal: Calibration | None = None
         self._now = counter.count_now if isinstance(counter, SyncTokenCounter) else None
+        # Vocabulary words hold no whitespace, so a text of k of them splits into k words.
+        self._words_now = counter.count_words if isinstance(counter, WordCounter) else None
 
     @property
     def source(self) -> Source:
@@ -148,7 +153,7 @@ class PromptSynthesizer:
             self._set_costs((np.asarray(follow, np.float64) - anchor) / REPEAT, np.asarray(lead, np.float64))
             rng = np.random.default_rng([self.seed, 0xCA1])
             probes = [self._draw(rng, float(n) * self._mean_cost, lead=True) for n in _PROBE_WORDS]
-            measured = await self._count_all([" ".join(self.words[i] for i in p) for p in probes])
+            measured = await self._count_all([self._join(p) for p in probes])
             predicted = [self._cost_of(p, lead=True) for p in probes]
             err = max(abs(m - p) / m for m, p in zip(measured, predicted, strict=True))
             alpha, beta = 1.0, 0.0
@@ -176,13 +181,15 @@ class PromptSynthesizer:
         self._sorted_costs = follow[order]
         self._mean_cost = float(follow[usable].mean())
 
-    def _cost_of(self, idx: list[int], *, lead: bool) -> float:
-        if not idx:
+    def _cost_of(self, idx: list[int] | np.ndarray, *, lead: bool) -> float:
+        if not len(idx):
             return 0.0
         first = self._lead[idx[0]] if lead else self._follow[idx[0]]
         return float(first + self._follow[idx[1:]].sum())
 
     # ---- building ---------------------------------------------------------------------------------
+    # Word indices stay in numpy arrays from the draw to the join: a 50k-token prompt is ~37k words, and
+    # turning them into Python ints and looking each one up cost more than drawing them.
 
     def _tag(self, value: int, lead: bool) -> list[int]:
         """Word indices spelling ``value``: first digit over the lead words (or all usable words), then
@@ -197,19 +204,20 @@ class PromptSynthesizer:
         return out
 
     def _draw(self, rng: np.random.Generator, budget: float, *, lead: bool, start: list[int] | None = None,
-              ) -> list[int]:
-        """Word indices (after ``start``) whose costs sum to ``budget`` as exactly as the costs allow."""
-        idx = list(start or [])
-        left = budget - self._cost_of(idx, lead=lead)
-        if not idx and left > 0:  # the first word of a text costs its lead cost
+              ) -> np.ndarray:
+        """Word indices (``start``, then more) whose costs sum to ``budget`` as exactly as the costs allow."""
+        head = list(start or [])
+        left = budget - self._cost_of(head, lead=lead)
+        if not head and left > 0:  # the first word of a text costs its lead cost
             leads = self._leads
             i = (
                 int(leads[rng.integers(len(leads))])
                 if lead
                 else int(self._usable[rng.integers(len(self._usable))])
             )
-            idx.append(i)
+            head.append(i)
             left -= self._lead[i] if lead else self._follow[i]
+        parts = [np.asarray(head, dtype=np.intp)]
         max_cost = float(self._sorted_costs[-1])
         while left >= max_cost:
             k = int(left / self._mean_cost) + 8
@@ -217,20 +225,30 @@ class PromptSynthesizer:
             csum = np.cumsum(self._follow[pick])
             m = int(np.searchsorted(csum, left - max_cost, side="right"))
             m = max(m, 1)
-            idx.extend(pick[:m].tolist())
+            parts.append(pick[:m])
             left -= float(csum[m - 1])
+        tail: list[int] = []
         while left >= self._sorted_costs[0] - 1e-9:  # finish with words that still fit
             fits = int(np.searchsorted(self._sorted_costs, left + 1e-9, side="right"))
             i = int(self._by_cost[rng.integers(fits)])
-            idx.append(i)
+            tail.append(i)
             left -= self._follow[i]
-        return idx
+        parts.append(np.asarray(tail, dtype=np.intp))
+        return np.concatenate(parts)
 
-    def _measure(self, text: str, lead: bool) -> int:
+    def _measure(self, idx: np.ndarray, lead: bool) -> int:
+        """The counter's count of the text of word indices ``idx`` (after ANCHOR when not ``lead``)."""
+        by_words = self._words_now
+        if by_words is not None:  # the same count as on the joined text, without building it
+            return by_words(len(idx)) if lead else by_words(len(idx) + 1) - by_words(1)
         assert self._now is not None
+        text = self._join(idx)
         if lead:
             return self._now(text)
         return self._now(f"{ANCHOR} {text}") - self._now(ANCHOR)
+
+    def _join(self, idx: list[int] | np.ndarray) -> str:
+        return " ".join(self._word_array[idx].tolist())
 
     def build(self, target: int, *, index: int, kind: int = 0, lead: bool = True) -> Prompt:
         """A prompt of ``target`` tokens for request (or prefix group) ``index``.
@@ -248,31 +266,37 @@ class PromptSynthesizer:
         idx = self._draw(rng, budget, lead=lead, start=tag)
         if self._now is None or cal.probe_error == 0:  # costs add up exactly: the prediction is the count
             predicted = cal.alpha * self._cost_of(idx, lead=lead) + cal.beta
-            return Prompt(" ".join(map(self.words.__getitem__, idx)), max(1, round(predicted)), target)
+            return Prompt(self._join(idx), max(1, round(predicted)), target)
         return self._checked(idx, len(tag), target, lead, rng)
 
     def _checked(
-        self, idx: list[int], keep: int, target: int, lead: bool, rng: np.random.Generator
+        self, idx: np.ndarray, keep: int, target: int, lead: bool, rng: np.random.Generator
     ) -> Prompt:
         """Measure with the in-process counter; top up or trim a few times; keep the closest."""
-        best: tuple[int, list[int], int] | None = None
+        best: tuple[int, np.ndarray, int] | None = None
+        follow = self._follow
         for _ in range(4):
-            n = self._measure(" ".join(map(self.words.__getitem__, idx)), lead)
+            n = self._measure(idx, lead)
             if best is None or abs(n - target) < abs(best[2] - target):
-                best = (abs(n - target), list(idx), n)
+                best = (abs(n - target), idx, n)  # idx is never changed in place: new arrays below
             if n == target:
                 break
             if n < target:
                 extra = self._draw(rng, (target - n) / self.calibration.alpha, lead=False, start=[])
-                idx = idx + (extra or [int(self._by_cost[0])])
+                if not len(extra):
+                    extra = self._by_cost[:1]
+                idx = np.concatenate([idx, extra])
             else:
                 over = (n - target) / self.calibration.alpha
-                while len(idx) > keep and over > 0:
-                    over -= self._follow[idx.pop()]
+                end = len(idx)
+                while end > keep and over > 0:
+                    end -= 1
+                    over -= follow[idx[end]]
+                idx = idx[:end]
                 if over < 0:  # trimmed past the target: refill the difference
-                    idx += self._draw(rng, -over, lead=False, start=[])
+                    idx = np.concatenate([idx, self._draw(rng, -over, lead=False, start=[])])
         assert best is not None
-        return Prompt(" ".join(map(self.words.__getitem__, best[1])), best[2], target)
+        return Prompt(self._join(best[1]), best[2], target)
 
     async def count(self, text: str) -> int | None:
         """Count any text with the synthesizer's counter (e.g. a fixed system prompt, once)."""

@@ -11,7 +11,9 @@ Three sources, tried in this order by :func:`resolve_counter`:
 3. ``estimate``: a recorded heuristic, about 0.75 words per token (4 tokens per 3 words).
 
 Every counter has ``source`` (recorded with the counts it produced) and ``async count(text)``; local and
-estimate counters also have a synchronous ``count_now(text)``, cheap enough to check each prompt.
+estimate counters also have a synchronous ``count_now(text)``, cheap enough to check each prompt. The
+estimate counts whitespace-separated words only, so it also has ``count_words(n)``: the count of any text
+of ``n`` such words, which the synthesizer uses to check a prompt without joining and re-splitting it.
 """
 
 from __future__ import annotations
@@ -47,6 +49,14 @@ class SyncTokenCounter(Protocol):
         """Tokens in ``text``, computed in process (cheap)."""
 
 
+@runtime_checkable
+class WordCounter(Protocol):
+    """A counter whose count depends only on the number of whitespace-separated words of a text."""
+
+    def count_words(self, n: int) -> int:
+        """Tokens in any text of ``n`` whitespace-separated words (``count_now(text)`` for such a text)."""
+
+
 class ServerCounter:
     """Counts with the target's tokenizer through an async callable (one round trip per new text)."""
 
@@ -78,7 +88,10 @@ class EstimateCounter:
         return self.count_now(text)
 
     def count_now(self, text: str) -> int:
-        return math.ceil(len(text.split()) / self.words_per_token)
+        return self.count_words(len(text.split()))
+
+    def count_words(self, n: int) -> int:
+        return math.ceil(n / self.words_per_token)
 
 
 class LocalTokenizerCounter:

@@ -92,6 +92,31 @@ async def test_estimate_counter_is_checked_per_prompt():
         assert abs(counter.count_now(p.text) - target) <= 1 and p.tokens == counter.count_now(p.text)
 
 
+class _CountingEstimate(EstimateCounter):
+    """The estimate, with a tally of the texts it was asked to count."""
+
+    def __init__(self) -> None:
+        self.texts = 0
+
+    def count_now(self, text: str) -> int:
+        self.texts += 1
+        return super().count_now(text)
+
+
+async def test_estimate_checks_prompts_by_word_count_without_recounting_the_text():
+    counter = _CountingEstimate()
+    synth = PromptSynthesizer(counter, seed=0)
+    await synth.calibrate()
+    counter.texts = 0
+    body = synth.build(3000, index=1)
+    after = synth.build(300, index=2, lead=False)  # text that follows other text: counted after "the"
+    assert counter.texts == 0  # checked by word count: the text was never split and counted again
+    words = len(body.text.split())
+    assert body.tokens == math.ceil(words / 0.75) and abs(body.tokens - 3000) <= 1
+    n = len(after.text.split())  # "the" + n words minus "the" alone: ceil((n + 1) * 4 / 3) - 2
+    assert after.tokens == math.ceil((n + 1) * 4 / 3) - 2 and abs(after.tokens - 300) <= 1
+
+
 async def test_prompts_start_with_distinct_tags():
     synth = PromptSynthesizer(ServerCounter(sim_count), seed=7)
     await synth.calibrate()
