@@ -6,8 +6,9 @@ import io
 import pytest
 from rich.console import Console
 
-from servelab.analysis.evidence import evidence_rows, run_evidence
+from servelab.analysis.evidence import run_evidence
 from servelab.records.schema import OK, RequestRecord
+from servelab.report.evidence import evidence_rows
 from servelab.report.terminal import render_summary
 
 MS = 1_000_000
@@ -92,9 +93,23 @@ def test_terminal_shows_the_evidence():
     buf = io.StringIO()
     render_summary(summary, Console(file=buf, width=200))
     out = buf.getvalue()
-    assert "KV-cache usage" in out and "peak 97.0%" in out and "above 90% for 15.00 s" in out
-    assert "p50 1.40, p95 3.00" in out and "at most ep = 8" in out
-    assert "server queue p50 45.00 / p95 85.50 ms" in out
+    # three significant figures, each duration with its unit (was "15.00 s", "45.00 / p95 85.50 ms")
+    assert "KV-cache usage" in out and "peak 97%" in out and "above 90% for 15 s" in out
+    assert "p50 1.40, p95 3 " in out and "at most ep = 8" in out
+    assert "server queue p50 45 ms / p95 85.5 ms" in out
+
+
+def test_evidence_figures_have_three_significant_figures_and_units():
+    ev = {"kv": {"peak": 0.042, "mean": 0.028, "seconds_above_90": 0.0, "share_above_90": 0.0},
+          "preemptions": 0, "preempted_requests": {"count": 3, "share": 0.015, "waiting_ms_total": 1234.5},
+          "prefix_cache_hit_rate": 0.904, "prefix_cache_source": "telemetry (hit / query tokens)",
+          "server_queue_ms": {"p50": 1172.71, "p95": 7900.45}, "client_lag_ms": {"p50": 0.0, "p95": 0.0123}}
+    rows = dict(evidence_rows(ev))
+    assert rows["KV-cache usage"] == "peak 4.20%, mean 2.80%, above 90% for 0 s (0% of samples)"
+    assert rows["preemptions"] == "0 by the server, 3 requests (1.50%) preempted, 1.23 s waiting to resume"
+    # one pair of parentheses, not "(telemetry (hit / query tokens))"
+    assert rows["prefix-cache hit rate"] == "90.4% (telemetry: hit / query tokens)"
+    assert rows["queueing"] == "server queue p50 1.17 s / p95 7.90 s; client lag p50 0 ms / p95 12.3 µs"
 
 
 def test_imbalance_without_a_known_ep_says_so():
