@@ -60,6 +60,14 @@ async def replay_work(cfg: RunConfig, transport: Transport, clock: Clock, sink: 
                 extra_drain_s=tail_s)
 
 
+def replay_request_count(cfg: RunConfig) -> int:
+    """How many requests the replay of ``cfg.workload`` sends: every request of every unit of the shaped
+    trace (window, sample, max_requests applied)."""
+    w = cfg.workload
+    assert isinstance(w, ReplayWorkloadConfig)
+    return sum(len(u.offsets_ns) for u in replay_units(prepare_trace(w, cfg.seed)))
+
+
 def trace_replay_summary(trace: Trace, issued: Sequence[Unit], requests: Any, *,
                          speed: float | None) -> dict[str, Any]:
     """:func:`~servelab.analysis.replay.replay_summary` of the units the runner issued."""

@@ -247,3 +247,14 @@ def test_plan_for_prefers_the_work_schedule_and_adds_the_drain():
     plan = plan_for(cfg, 3, [0, 7, 9], extra_drain_s=30.0)
     assert list(plan.offsets_ns) == [0, 7, 9] and plan.drain_timeout_s == 40.0
     assert _cfg("x", "azure").limits.requests is None  # a replay ends with its trace, not at 200
+
+
+def test_the_progress_bar_of_a_replay_knows_its_end():
+    # a replay has no request limit: it ends with its trace, so the bar's percent and time left come from
+    # the trace's request count (200 in the mooncake slice; 50 with max_requests 50)
+    from servelab.bench.run import progress_extent
+
+    assert progress_extent(_cfg(DATA / "mooncake_head.jsonl", "mooncake")) == (200, None, "replay")
+    head50 = _cfg(DATA / "mooncake_head.jsonl", "mooncake", max_requests=50)
+    assert progress_extent(head50) == (50, None, "replay")
+    assert progress_extent(RunConfig.model_validate({"telemetry": {"enabled": False}})) == (200, None, "run")
