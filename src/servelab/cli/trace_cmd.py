@@ -8,21 +8,20 @@ from typing import Annotated, Any
 import orjson
 import typer
 
+from servelab.config.trace_formats import FORMATS, formats_text
 from servelab.errors import ConfigError
 
 app = typer.Typer(
-    help="Inspect recorded traces (Azure, Mooncake, Claude Code, MT-bench, servelab runs, JSONL).",
+    help=f"Inspect recorded traces ({', '.join(FORMATS)}).",
     no_args_is_help=True,
     add_completion=False,
 )
 
-FORMAT_HELP = "Trace format: azure, mooncake, claude-code, mt-bench, servelab or jsonl."
+FORMAT_HELP = f"Trace format: {formats_text()}."
 
 
 def normalize_format(fmt: str | None) -> str:
     """The canonical format name, or a ConfigError naming the known ones."""
-    from servelab.workload.traces import FORMATS
-
     if fmt is None:
         raise ConfigError(
             "--format is required", hint=f"name the trace's format: one of {', '.join(FORMATS)}"

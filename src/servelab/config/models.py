@@ -14,6 +14,7 @@ from servelab.config.agent import AgentWorkloadConfig, CostConfig
 from servelab.config.base import Strict
 from servelab.config.distributions import Distribution, Fixed, as_distribution
 from servelab.config.mix import MixClassConfig, check_mix, default_sessions
+from servelab.config.trace_formats import TraceFormat, options_text
 from servelab.config.validity import ValidityConfig
 
 # The first run: a real model on real (simulated) hardware with a chat-sized workload, finishing in seconds.
@@ -250,8 +251,7 @@ class ReplayWorkloadConfig(Strict):
     kind: Literal["replay"] = Field(default="replay", description="Replay a recorded trace.")
     path: str = Field(description="The trace: a file (claude-code: also a directory or glob; servelab: a run "
                       "directory).")
-    format: Literal["azure", "mooncake", "claude-code", "mt-bench", "servelab", "jsonl"] = Field(
-        description="The trace's format (see docs/traces.md).")
+    format: TraceFormat = Field(description="The trace's format (see docs/traces.md).")
     speed: float | None = Field(
         default=None,
         ge=B.MIN_SPEED,
@@ -283,8 +283,7 @@ class ReplayWorkloadConfig(Strict):
     scale_think: bool = Field(default=True, description="Scale session think times with speed/rate too.")
     options: dict[str, Any] = Field(
         default_factory=dict,
-        description="Options for the format's loader "
-        "(claude-code: stagger_s; mt-bench: output_tokens; mooncake: block_tokens).",
+        description=f"Options for the format's loader ({options_text()}).",
     )
 
     @model_validator(mode="after")

@@ -10,9 +10,10 @@ import inspect
 from pathlib import Path
 from typing import Any
 
+from servelab.config.trace_formats import FORMATS, LOADER_OPTIONS
 from servelab.errors import TraceError
 from servelab.workload.traces.azure import load_azure
-from servelab.workload.traces.base import FORMATS, NS_PER_S, Trace, TraceRequest, TraceSession, build_trace
+from servelab.workload.traces.base import NS_PER_S, Trace, TraceRequest, TraceSession, build_trace
 from servelab.workload.traces.claude_code import load_claude_code
 from servelab.workload.traces.jsonl import load_jsonl
 from servelab.workload.traces.mooncake import load_mooncake
@@ -29,6 +30,7 @@ from servelab.workload.traces.stats import (
 )
 from servelab.workload.traces.transform import mean_rate, retime, select
 
+# format (config.trace_formats.FORMATS, the one list of names) -> its loader
 _LOADERS = {
     "azure": load_azure,
     "mooncake": load_mooncake,
@@ -42,9 +44,8 @@ _LOADERS = {
 def load_trace(path: str | Path, format: str, **options: Any) -> Trace:
     """Load ``path`` (a file; for claude-code also a directory or glob; for servelab a run directory).
 
-    ``format`` is one of azure, mooncake, claude-code, mt-bench, servelab, jsonl. ``options`` go to the
-    format's loader (claude-code: ``stagger_s``; mt-bench: ``output_tokens``; servelab: ``include_warmup``;
-    mooncake: ``block_tokens``).
+    ``format`` is one of ``FORMATS`` (config.trace_formats). ``options`` go to the format's loader, which
+    takes the keywords ``LOADER_OPTIONS[format]``.
     """
     loader = _LOADERS.get(format.strip().lower().replace("_", "-"))
     if loader is None:
@@ -68,6 +69,7 @@ def load_trace(path: str | Path, format: str, **options: Any) -> Trace:
 
 __all__ = [
     "FORMATS",
+    "LOADER_OPTIONS",
     "NS_PER_S",
     "KSResult",
     "Trace",

@@ -28,10 +28,6 @@ from servelab.errors import TraceError
 
 NS_PER_S = 1_000_000_000
 
-# Formats load_trace understands, as a user names them.
-FORMATS = ("azure", "mooncake", "claude-code", "mt-bench", "servelab", "jsonl")
-
-
 @dataclass(slots=True)
 class TraceRequest:
     """One model request of a trace."""
