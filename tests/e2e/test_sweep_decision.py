@@ -50,9 +50,10 @@ def test_max_num_seqs_sweep_reports_its_knee_and_the_split(tmp_path, capsys):
     assert g["axis"] == "max_num_seqs" and g["knee"]["level"] in (4.0, 16.0), g
     assert 0 < g["knee"]["bootstrap"]["share"] <= 1
     (sp,) = state["split"]
-    assert (
-        sp["axis"] == "max_num_seqs"
-        and sp["interactive"] in (4.0, 16.0, 64.0)
-        and sp["bulk"] == g["knee"]["level"]
-    )
-    assert "interactive endpoint: max_num_seqs" in sp["text"]
+    assert sp["axis"] == "max_num_seqs" and sp["interactive"] in (4.0, 16.0, 64.0)
+    if sp["split_helps"]:  # a smaller interactive setting meets the SLO where the knee misses it
+        assert sp["bulk"] == g["knee"]["level"] and sp["interactive"] < sp["bulk"]
+        assert "interactive endpoint: max_num_seqs" in sp["text"]
+    else:  # 16 closed-loop users bound the batch: the knee meets TTFT p99 <= 2 s too, one endpoint
+        assert sp["interactive"] == sp["bulk"] == g["knee"]["level"]
+        assert sp["text"].startswith("no split needed: the throughput knee max_num_seqs")

@@ -6,7 +6,10 @@ tested on one fact gathered from the run (:func:`collect_evidence`) and holds, f
 the run did not measure that fact. A rule's verdict:
 
     required / not possible   a decisive condition settles it (the model does not fit one node)
-    recommended               at least 3/4 of the known conditions hold (and at least two are known)
+    not indicated (veto)      a veto condition was measured and fails: the figure the advice rests on says
+                              no (split traffic when the mix measured no interference)
+    recommended               at least 3/4 of the known conditions hold (and at least two are known; one
+                              for a rule of one or two conditions)
     not indicated             at most 1/4 hold
     mixed                     in between
     not enough evidence       fewer than two conditions could be tested
@@ -41,6 +44,9 @@ MANY_CALLS = 5  # model requests per task
 PREEMPT_SHARE = 0.01  # share of requests preempted at least once
 KV_FULL = 0.95  # peak KV-cache usage
 SPLIT_LOSS = 0.6  # throughput at the SLO-meeting level below this share of the peak
+# the interactive class's TTFT p95 with the bulk class / alone (a --mix run's baseline) at or above this:
+# bulk traffic interferes; below it, splitting the endpoint has nothing to fix
+INTERFERENCE_RATIO = 1.25
 
 
 def _fact(facts: dict[str, Fact], name: str, value: Any, unit: str, label: str, source: str) -> None:
@@ -202,6 +208,7 @@ def collect_evidence(
     pre = _get(tel, "counters", "preemptions_total")
     if pre is not None and "preempted_share" not in facts:
         _fact(facts, "preemptions", float(pre), "", "server preemptions during the run", "telemetry")
+    _interference_fact(facts, (summary or {}).get("interference"))
     if sweep and sweep.get("slo_level") is not None:
         lv, tp = list(sweep["levels"]), [float(x) for x in sweep["throughput"]]
         if sweep["slo_level"] in lv and tp:
@@ -211,17 +218,32 @@ def collect_evidence(
     return facts
 
 
+def _interference_fact(facts: dict[str, Fact], inter: Any) -> None:
+    """A --mix run's interference: the first (interactive) class's TTFT p95 with the others / alone."""
+    if not isinstance(inter, Mapping):
+        return
+    v = _get(inter, "metrics", "ttft_ms", "p95") or {}
+    if v.get("ratio") is None:
+        return
+    others = ", ".join(inter.get("with") or []) or "the other classes"
+    _fact(facts, "interference_ttft_p95", float(v["ratio"]), "x",
+          f"{inter.get('class')} TTFT p95 with {others} / alone "
+          f"({v.get('mixed'):.3g} / {v.get('alone'):.3g} ms)",
+          "mix interference")
+
+
 @dataclass(frozen=True)
 class Condition:
     fact: str
     test: str  # shown to the reader
     fn: Callable[[Any], bool]
     decisive: str | None = None  # verdict when this condition alone settles the rule
+    veto: bool = False  # measured and failing: the rule is not indicated, whatever else holds
 
 
-def _cond(fact: str, op: str, x: float, decisive: str | None = None) -> Condition:
+def _cond(fact: str, op: str, x: float, decisive: str | None = None, veto: bool = False) -> Condition:
     fns = {"<": lambda v: v < x, "<=": lambda v: v <= x, ">": lambda v: v > x, ">=": lambda v: v >= x}
-    return Condition(fact, f"{op} {x:g}", fns[op], decisive)
+    return Condition(fact, f"{op} {x:g}", fns[op], decisive, veto)
 
 
 def _is(fact: str, want: bool, decisive: str | None = None) -> Condition:
@@ -241,7 +263,8 @@ RULES: tuple[tuple[str, str, tuple[Condition, ...]], ...] = (
      (_cond("requests_per_task", ">=", MANY_CALLS), _cond("median_output_tokens", "<=", SHORT_OUTPUT),
       _cond("tool_share", ">=", TOOL_SHARE))),
     ("split traffic", "split interactive and bulk traffic into endpoints with different max-num-seqs",
-     (_cond("slo_throughput_share", "<", SPLIT_LOSS),)),
+     (_cond("slo_throughput_share", "<", SPLIT_LOSS),
+      _cond("interference_ttft_p95", ">=", INTERFERENCE_RATIO, veto=True))),
 )
 
 
@@ -250,6 +273,7 @@ def _evaluate(
 ) -> dict[str, Any]:
     ev, holds = [], []
     settled = None
+    vetoed = None
     for c in conds:
         f = facts.get(c.fact)
         h = None if f is None else bool(c.fn(f["value"]))
@@ -260,12 +284,16 @@ def _evaluate(
             holds.append(h)
         if c.decisive and h:
             settled = c.decisive
+        if c.veto and h is False and f is not None:
+            vetoed = f"{f['label']} is {f['value']:.3g}{f['unit']}, not {c.test}{f['unit']}"
     if name == "single node" and facts.get("fits_one_node", {}).get("value") is False:
         settled = "not possible"
     s, n = sum(holds), len(holds)
-    min_known = 1 if len(conds) == 1 else 2
+    min_known = 1 if len(conds) <= 2 else 2
     if settled:
         verdict = settled
+    elif vetoed:
+        verdict = "not indicated"
     elif n < min_known:
         verdict = "not enough evidence"
     elif s / n >= 0.75:
@@ -282,6 +310,8 @@ def _evaluate(
             "; from one run's evidence only: a sweep over topologies (servelab sweep with several --target) "
             "decides it on measured tasks/h and $/task in its decision table"
         )
+    if vetoed and not settled:
+        why = f"{action}: not indicated, the measured figure it rests on says no: {vetoed}"
     if settled == "required":
         why = f"{action}: required, the model does not fit one node"
     elif settled == "not possible":

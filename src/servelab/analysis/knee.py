@@ -356,8 +356,11 @@ def split_endpoints(values: Sequence[float], summaries: Sequence[Mapping[str, An
     interactive   the largest value whose TTFT (and any other SLO target) meets the SLO
     bulk          the throughput knee over the axis (``knee_level``)
 
-    with the throughput at each and ``throughput_share`` = interactive / bulk throughput. None when the SLO
-    sets no target or no value meets it."""
+    with the throughput at each and ``throughput_share`` = interactive / bulk throughput. ``split_helps``
+    only when the interactive value is below the bulk one and the bulk one misses the SLO; otherwise the
+    answer is one endpoint (``interactive`` = ``bulk``: the knee when it meets the SLO, else the largest
+    value meeting it) and the text says no split is needed. None when the SLO sets no target or no value
+    meets it."""
     targets, key, min_good = _slo_targets(slo)
     if (not targets and min_good is None) or knee_level is None:
         return None
@@ -384,12 +387,28 @@ def split_endpoints(values: Sequence[float], summaries: Sequence[Mapping[str, An
     inter, bulk = float(res["level"]), float(knee_level)
     ti, tb = tput(inter), tput(bulk)
     share = ti / tb if ti is not None and tb else None
-    words = (f"interactive endpoint: {axis} {inter:g} (the largest meeting "
-             + ", ".join(f"{m} {key} <= {v:g}" for m, v in targets.items())
+    slo_words = ", ".join(f"{m} {key} <= {v:g}" for m, v in targets.items())
+    bulk_meets = bulk in meeting
+    # A split helps only when the interactive endpoint must run fewer sequences than the bulk one: the
+    # throughput knee misses the SLO and a smaller setting meets it. Otherwise one endpoint serves both, and
+    # naming an "interactive" setting above the bulk one would advise the wrong direction.
+    helps = inter < bulk and not bulk_meets
+    if not helps:
+        one = bulk if bulk_meets else inter
+        why = (f"the throughput knee {axis} {bulk:g} meets {slo_words} too" if bulk_meets else
+               f"the largest {axis} meeting {slo_words} ({inter:g}) is not below the throughput knee "
+               f"({bulk:g})")
+        t1 = tput(one)
+        words = (f"no split needed: {why}; one endpoint at {axis} {one:g}"
+                 + (f" ({t1:,.0f} tok/s)" if t1 is not None else "") + " serves interactive and bulk traffic")
+        return {"axis": axis, "interactive": one, "bulk": one, "interactive_throughput": t1,
+                "bulk_throughput": t1, "throughput_share": 1.0 if t1 else None, "split_helps": False,
+                "slo_check": res["reason"], "text": words}
+    words = (f"interactive endpoint: {axis} {inter:g} (the largest meeting {slo_words}"
              + f"; {ti:,.0f} tok/s)" if ti is not None else f"interactive endpoint: {axis} {inter:g}")
     words += f"; bulk endpoint: {axis} {bulk:g} (throughput knee" + (f", {tb:,.0f} tok/s)" if tb else ")")
     if share is not None:
         words += f"; the interactive setting keeps {share:.0%} of the bulk throughput"
     return {"axis": axis, "interactive": inter, "bulk": bulk, "interactive_throughput": ti,
-            "bulk_throughput": tb, "throughput_share": share, "split_helps": bulk > inter,
+            "bulk_throughput": tb, "throughput_share": share, "split_helps": True,
             "slo_check": res["reason"], "text": words}

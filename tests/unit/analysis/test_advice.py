@@ -124,3 +124,31 @@ def test_topology_verdicts_from_one_run_point_to_the_decision_table():
                                            sessions=_sessions())))
     for rule in ("single node", "multi-node"):
         assert "from one run's evidence only" in adv[rule]["why"] and "decision table" in adv[rule]["why"]
+
+
+def _interference(alone_ms, mixed_ms):
+    return {"interference": {"class": "chat", "with": ["batch-summarize"], "metrics": {
+        "ttft_ms": {"p95": {"alone": alone_ms, "mixed": mixed_ms, "ratio": mixed_ms / alone_ms}}}}}
+
+
+def test_no_split_advice_when_the_mix_measured_no_interference():
+    # The sweep alone would say split (SLO level keeps 25% of the peak), but the mix measured chat's TTFT
+    # p95 at 80 ms alone and 84 ms beside batch-summarize: 84 / 80 = 1.05x < 1.25x. Nothing to fix.
+    sweep = {"levels": [1, 2, 4, 8, 16, 32], "throughput": [10, 20, 40, 80, 150, 160], "slo_level": 4}
+    adv = _by_rule(advise(collect_evidence(_manifest(), summary=_interference(80.0, 84.0), sweep=sweep)))
+    split = adv["split traffic"]
+    assert split["verdict"] == "not indicated"
+    ev = {e["fact"]: e for e in split["evidence"]}
+    assert ev["interference_ttft_p95"]["value"] == 1.05 and ev["interference_ttft_p95"]["holds"] is False
+    assert "not indicated, the measured figure it rests on says no: chat TTFT p95 with batch-summarize / " \
+           "alone (84 / 80 ms) is 1.05x, not >= 1.25x" in split["why"]
+    # Alone, the no-interference figure still says no.
+    alone = _by_rule(advise(collect_evidence(_manifest(), summary=_interference(80.0, 84.0))))
+    assert alone["split traffic"]["verdict"] == "not indicated"
+
+
+def test_split_advice_when_the_mix_measured_interference():
+    # 76.8 ms alone, 399 ms beside the bulk class: 5.2x >= 1.25x, the one measured condition holds.
+    adv = _by_rule(advise(collect_evidence(_manifest(), summary=_interference(76.8, 399.36))))
+    assert adv["split traffic"]["verdict"] == "recommended"
+    assert adv["split traffic"]["why"].endswith(": 1 of 1 tested conditions hold, 1 not measured")

@@ -106,3 +106,17 @@ def test_split_interactive_is_the_largest_meeting_even_when_low_values_queue():
         e["summary"]["metrics"]["ttft_ms"]["p95"] = ttft[e["params"]["max_num_seqs"]]
     (sp,) = split_for(pts, {"ttft_ms": 500, "percentile": 95})
     assert sp["interactive"] == 16 and "misses at 1, 2, 32, 64, 128, 256" in sp["slo_check"]
+
+
+def test_closed_loop_split_never_names_an_interactive_setting_above_the_bulk_one():
+    # 16 closed-loop users: TTFT p95 200 ms up to 32 sequences, 400 ms at 64, 800 ms at 128 (the module's
+    # sweep); SLO TTFT p95 <= 500 ms. Largest meeting: 64, above the throughput knee 32, which meets it too
+    # (200 ms). Before: "interactive endpoint: max_num_seqs 64; bulk endpoint: max_num_seqs 32". One
+    # endpoint at 32 serves both.
+    from servelab.sweep.knee_of import split_for
+
+    (sp,) = split_for(_points("max_num_seqs", {"concurrency": 16}), {"ttft_ms": 500, "percentile": 95})
+    assert sp["split_helps"] is False and sp["interactive"] == sp["bulk"] == 32
+    assert sp["text"] == ("no split needed: the throughput knee max_num_seqs 32 meets ttft_ms p95 <= 500 "
+                          "too; one endpoint at max_num_seqs 32 (3,200 tok/s) serves interactive and bulk "
+                          "traffic")
