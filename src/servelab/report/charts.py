@@ -29,13 +29,14 @@ def pareto_chart(series: Sequence[Mapping[str, Any]], path: Path, *, per: str = 
     fig, ax = plt.subplots(figsize=(7.5, 4.6))
     cmap = plt.get_cmap("tab10")
     every: list[tuple[float, float]] = []
+    labels: list[tuple[float, float, str]] = []
+    front: list[tuple[float, float]] = []
     for i, s in enumerate(series):
         pts = sorted(s["points"], key=lambda p: p[0])
         xs, ys = [p[0] for p in pts], [p[1] for p in pts]
         every += [(x, y) for x, y in zip(xs, ys, strict=True)]
+        labels += [(x, y, str(lv)) for x, y, lv in pts]
         ax.plot(xs, ys, "o-", color=cmap(i % 10), lw=1, alpha=0.85, label=s["label"] or "all points")
-        for x, y, lv in pts:
-            ax.annotate(str(lv), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7, color="#444")
     if every:
         front = [every[i] for i in pareto_front(every)]
         ax.step([p[0] for p in front], [p[1] for p in front], where="pre", color="black", lw=2, alpha=0.5,
@@ -49,7 +50,67 @@ def pareto_chart(series: Sequence[Mapping[str, Any]], path: Path, *, per: str = 
                  fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="best")  # not over the points: they sit up and right by design
+    _label_points(fig, ax, labels, first=set(front))
     return _save(fig, path)
+
+
+# where a point's label may go, in points from the point (nearest first); a label that fits nowhere is left
+# out (a crowded chart labels a readable subset, the Pareto front first)
+_OFFSETS = ((5, 4), (5, -11), (-5, 4), (-5, -11), (0, 9), (0, -16), (9, -4), (-9, -4))
+_SAME_SPOT_PX = 4.0
+
+
+def _label_points(fig: Any, ax: Any, labels: Sequence[tuple[float, float, str]], *,
+                  first: set[tuple[float, float]]) -> None:
+    """Label each point with its level where the label overlaps no other label, marker or the legend and
+    stays inside the axes. Points drawn at one spot share one label ('16, 32, 64')."""
+    from matplotlib.transforms import Bbox
+
+    if not labels:
+        return
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    leg = ax.get_legend()
+    taken = []
+    if leg is not None:
+        taken.append(leg.get_window_extent(r))
+        # fix the legend where "best" put it: the labels are placed around it
+        box = leg.get_window_extent(r).transformed(ax.transAxes.inverted())
+        leg.set_loc((box.x0, box.y0))
+    disp = ax.transData.transform([(x, y) for x, y, _ in labels])
+    groups: list[tuple[Any, tuple[float, float], list[str]]] = []
+    for (x, y, text), d in zip(labels, disp, strict=True):
+        taken.append(Bbox.from_extents(d[0] - 4, d[1] - 4, d[0] + 4, d[1] + 4))
+        g = next((g for g in groups if abs(g[0][0] - d[0]) <= _SAME_SPOT_PX
+                  and abs(g[0][1] - d[1]) <= _SAME_SPOT_PX), None)
+        if g is None:
+            groups.append((d, (x, y), [text]))
+        elif text not in g[2]:
+            g[2].append(text)
+    inside = ax.get_window_extent(r)
+    groups.sort(key=lambda g: (g[1] not in first, -g[1][1]))
+    for _, xy, texts in groups:
+        text = ", ".join(sorted(texts, key=_level_key))
+        for k in (1, 2, 3):
+            for ox, oy in _OFFSETS:
+                ann = ax.annotate(text, xy, textcoords="offset points", xytext=(ox * k, oy * k), fontsize=7,
+                                  color="#444", ha="left" if ox > 0 else "right" if ox < 0 else "center")
+                bb = ann.get_window_extent(r)
+                if (inside.x0 <= bb.x0 and bb.x1 <= inside.x1 and inside.y0 <= bb.y0 and bb.y1 <= inside.y1
+                        and not any(bb.overlaps(t) for t in taken)):
+                    taken.append(bb)
+                    break
+                ann.remove()
+            else:
+                continue
+            break
+
+
+def _level_key(text: str) -> tuple[int, float, str]:
+    try:
+        return (0, float(text), text)
+    except ValueError:
+        return (1, 0.0, text)
 
 
 def request_timeline(rows: Sequence[Mapping[str, Any]], path: Path, *, total: int) -> Path:

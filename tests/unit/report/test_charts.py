@@ -112,3 +112,56 @@ def test_pareto_legend_does_not_cover_the_points(tmp_path, monkeypatch):
               {"label": "20261204-090451-seed2", "points": [(96.6, 1461.0, "20261204-090451-seed2")]}]
     charts.pareto_chart(series, tmp_path / "p.png")
     assert covered["n"] == 0
+
+
+def _label_boxes(fig):
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    r = fig.canvas.get_renderer()
+    return ax, [(t.get_text(), t.get_window_extent(r)) for t in ax.texts]
+
+
+def test_pareto_point_labels_do_not_overlap(tmp_path, monkeypatch):
+    # the README's max_num_seqs=16,64 sweep: both settings give the same figures up to 16 users, and
+    # max_num_seqs=16 sits still at 32 and 64: four points drawn at one spot, two at each of three others
+    seen = {}
+    real_save = charts._save
+
+    def keep(fig, path):
+        ax, boxes = _label_boxes(fig)
+        seen["texts"] = [t for t, _ in boxes]
+        seen["overlaps"] = [(a, b) for i, (a, ba) in enumerate(boxes) for b, bb in boxes[i + 1:]
+                            if ba.overlaps(bb)]
+        inside = ax.get_window_extent()
+        seen["outside"] = [t for t, b in boxes if not (inside.x0 <= b.x0 and b.x1 <= inside.x1
+                                                      and inside.y0 <= b.y0 and b.y1 <= inside.y1)]
+        return real_save(fig, path)
+
+    monkeypatch.setattr(charts, "_save", keep)
+    a = [(116.0, 451.0, "4"), (108.9, 836.0, "8"), (96.3, 1461.0, "16"), (96.2, 1471.0, "32"),
+         (96.1, 1473.0, "64")]
+    b = [(116.0, 451.0, "4"), (108.9, 836.0, "8"), (96.3, 1461.0, "16"), (78.6, 2283.0, "32"),
+         (57.5, 3242.0, "64")]
+    series = [{"label": "max_num_seqs=16", "points": a}, {"label": "max_num_seqs=64", "points": b}]
+    charts.pareto_chart(series, tmp_path / "p.png")
+    assert seen["overlaps"] == [] and seen["outside"] == []
+    # points at one spot share one label, each level once
+    assert sorted(seen["texts"]) == sorted(["4", "8", "16, 32, 64", "32", "64"])
+
+
+def test_a_crowded_pareto_chart_labels_a_readable_subset(tmp_path, monkeypatch):
+    seen = {}
+    real_save = charts._save
+
+    def keep(fig, path):
+        _, boxes = _label_boxes(fig)
+        seen["n"] = len(boxes)
+        seen["overlaps"] = sum(ba.overlaps(bb) for i, (_, ba) in enumerate(boxes) for _, bb in boxes[i + 1:])
+        return real_save(fig, path)
+
+    monkeypatch.setattr(charts, "_save", keep)
+    # 6 series x 8 levels along near-identical curves: 48 points in a small area
+    series = [{"label": f"s{k}", "points": [(100 - 10 * i + k * 0.5, 400 * (i + 1) + k * 20, str(2 ** i))
+                                            for i in range(8)]} for k in range(6)]
+    charts.pareto_chart(series, tmp_path / "p.png")
+    assert seen["overlaps"] == 0 and 0 < seen["n"] < 48
