@@ -27,6 +27,7 @@ from servelab.analysis.metrics import (
     unit_of,
 )
 from servelab.analysis.stats import RateSample, bootstrap_diff_ci, bootstrap_mean_diff_ci, rate_diff_ci
+from servelab.config.models import DEFAULT_CONCURRENCY
 from servelab.errors import ComparisonError, ConfigError
 from servelab.records.schema import CANCELLED
 from servelab.records.summary import dig as _dig
@@ -197,10 +198,26 @@ def manifest_facts(manifest: Mapping[str, Any]) -> dict[str, str | None]:
         wl["mix"] = mix
     facts["prompts"] = _render(wl)
     facts["outputs"] = _render(outputs)
-    load = _dig(manifest, "config", "load") or {}
+    load = effective_load(manifest)
     levels = manifest.get("levels") or _dig(manifest, "sweep", "levels")
     facts["concurrency"] = _render({**load, **({"levels": levels} if levels else {})})
     return facts
+
+
+def effective_load(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """The run's load as it ran: a closed loop given no --concurrency and no --rate ran the default users
+    (so `servelab run` and a config file saying `concurrency: 16` are the same load)."""
+    load = dict(_dig(manifest, "config", "load") or {})
+    plain = not _dig(manifest, "config", "mix") and _dig(manifest, "config", "workload", "kind") != "replay"
+    if plain and load.get("concurrency") is None and load.get("rate") is None:
+        load["concurrency"] = DEFAULT_CONCURRENCY
+    return load
+
+
+def run_level(manifest: Mapping[str, Any]) -> Any:
+    """The load level of one run (its users, else its rate; None when neither: a replay or a mix)."""
+    load = effective_load(manifest)
+    return load.get("concurrency") or load.get("rate")
 
 
 def manifest_diff(manifests: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -43,9 +43,10 @@ def _load(path: str) -> dict[str, Any]:
             raise ConfigError(f"sweep {p} has no finished points to compare")
         return {"name": p.name, "manifest": manifest, "levels": levels, "sweep": sw.state}
     if is_run_dir(p):
+        from servelab.analysis.compare import run_level
+
         run = read_run(p)
-        load = (run.manifest.get("config") or {}).get("load") or {}
-        level = load.get("concurrency") or load.get("rate")
+        level = run_level(run.manifest)
         return {"name": p.name, "manifest": run.manifest, "levels": {level: (run.summary, run.requests)}}
     raise ConfigError(f"{str(p)!r} is neither a run directory nor a sweep directory",
                       hint="pass directories printed by `servelab run` or `servelab sweep`")

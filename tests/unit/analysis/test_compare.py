@@ -255,3 +255,20 @@ def test_a_sweeps_server_command_line_is_a_fact():
         check_fair([a, b])
     assert "batch policy (64 vs 256)" in str(e.value)
     assert "quantization / dtype (bfloat16 vs float16)" in str(e.value)
+
+
+def test_the_default_closed_loop_is_the_same_load_as_its_value_written_out():
+    # `servelab run` (no --concurrency: 16 users) against `servelab config init` + `run --config` (the file
+    # says concurrency: 16) is the same work: not "concurrency levels differ", and one level (16) for check
+    from servelab.analysis.compare import run_level
+
+    default, written = copy.deepcopy(_manifest()), copy.deepcopy(_manifest())
+    default["config"]["load"] = {"arrival": "poisson", "concurrency": None, "rate": None}
+    written["config"]["load"] = {"arrival": "poisson", "concurrency": 16, "rate": None}
+    by = {r["dimension"]: r["status"] for r in manifest_diff([default, written])}
+    assert by["concurrency"] == "same"
+    assert run_level(default) == run_level(written) == 16
+    opened = copy.deepcopy(written)
+    opened["config"]["load"] = {"arrival": "poisson", "concurrency": None, "rate": 5.0}
+    assert run_level(opened) == 5.0
+    assert {r["dimension"]: r["status"] for r in manifest_diff([default, opened])}["concurrency"] == "differs"
