@@ -7,6 +7,8 @@ from typing import Annotated, Any
 
 import typer
 
+from servelab.cli import flags
+
 
 def register(app: typer.Typer) -> None:
     app.command("accuracy")(accuracy)
@@ -63,12 +65,10 @@ def accuracy(
     seed: Annotated[int, typer.Option(help="Seed of the generated answer set.")] = 0,
     concurrency: Annotated[int, typer.Option(help="Requests in flight per target.")] = 8,
     max_tokens: Annotated[int, typer.Option(help="max_tokens per answer (leave room for reasoning).")] = 256,
-    api: Annotated[str | None, typer.Option(help="chat or completions.")] = None,
+    api: flags.Api = None,
     system_prompt: Annotated[str | None, typer.Option(help="System message before every question.")] = None,
-    api_key_env: Annotated[
-        str | None, typer.Option(help="Env var holding the API key (never stored).")
-    ] = None,
-    header: Annotated[list[str] | None, typer.Option(help="Extra header 'Name: value' (repeatable).")] = None,
+    api_key_env: flags.ApiKeyEnv = None,
+    header: flags.Header = None,
     max_drop: Annotated[
         float,
         typer.Option(

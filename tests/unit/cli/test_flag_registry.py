@@ -63,3 +63,33 @@ def test_the_list_forms_keep_their_names_and_take_lists():
     assert sweep_opts["--target"].multiple  # --target A --target B sweeps two targets
     assert sweep_opts["--concurrency"].metavar == "LEVELS" and sweep_opts["--rate"].metavar == "LEVELS"
     assert sweep_opts["--concurrency"].show_default == "1,4,16,64,256"
+
+
+def _option_info(hint: object) -> typing.Any:
+    return next((m for m in getattr(hint, "__metadata__", ()) if hasattr(m, "param_decls")), None)
+
+
+def _option_name(param: str, info: typing.Any) -> str:
+    decls = [d for part in info.param_decls or () for d in part.split("/") if d.startswith("--")]
+    return decls[0] if decls else "--" + param.replace("_", "-")
+
+
+def test_no_command_spells_a_shared_flag_again():
+    # A flag declared inline with a shared flag's name and help is a second copy of it (accuracy's --api,
+    # --api-key-env and --header were): it must be the cli/flags.py declaration.
+    shared = {}
+    for attr, ann in vars(flags).items():
+        info = _option_info(ann)
+        if attr[:1].isupper() and info is not None and ann not in flags.SWEEP_LISTS.values():
+            shared[info.help] = ann
+    commands = [*app.registered_commands]
+    commands += [c for g in app.registered_groups for c in g.typer_instance.registered_commands]
+    copies = []
+    for cmd in commands:
+        for param, hint in _hints(cmd.callback).items():
+            info = _option_info(hint)
+            if info is None or info.help not in shared or hint == shared[info.help]:
+                continue
+            if _option_name(param, info) == _option_name(param, _option_info(shared[info.help])):
+                copies.append(f"{cmd.name} {_option_name(param, info)}")
+    assert not copies, copies
