@@ -108,7 +108,8 @@ class Scraper:
         """Stop polling; with ``final``, take the end state so counters' deltas cover the whole run.
 
         A real server may count a request a moment after its last byte was sent: with ``settle_s`` the
-        final scrape repeats every ``poll_s`` until two in a row agree on every counter (or time is up).
+        final scrape repeats every ``poll_s`` until two in a row agree on every counter (or time is up); a
+        source that shows no counter at all (a server without metrics) is not waited for.
         """
         if self._task is not None:
             self._task.cancel()
@@ -120,6 +121,8 @@ class Scraper:
         await self.scrape_once()
         deadline = self.clock.now() + int(settle_s * NS_PER_S)
         prev = self._totals()
+        if not prev:  # no counter to settle (no /metrics, or no series that counts): no wait
+            return
         while self.clock.now() < deadline:
             await self.clock.sleep(poll_s)
             await self.scrape_once()

@@ -73,6 +73,26 @@ def test_final_scrape_waits_for_counters_to_settle():
     assert rows.scrapes == 5
 
 
+def test_no_settle_wait_when_the_source_shows_no_counter():
+    clock = VirtualClock()
+    rows = TelemetryRows()
+    stopped_at: list[int] = []
+
+    async def fetch():
+        return "<html>not a metrics page</html>\n"  # a server without /metrics: no series, no counter
+
+    async def main():
+        s = Scraper(fetch, clock, rows, interval_s=10.0)
+        s.start()
+        await clock.sleep(1)  # one tick at t=0
+        await s.stop(final=True, settle_s=2.0, poll_s=0.25)
+        stopped_at.append(clock.now())
+
+    clock.run(main)
+    assert stopped_at == [NS_PER_S]  # the final scrape at t=1 s, and no 0.25 s poll after it
+    assert len(rows.errors) == 2  # the baseline tick and the final scrape, both kept as errors
+
+
 def test_begin_takes_the_baseline_before_returning():
     clock = VirtualClock()
     rows = TelemetryRows()
