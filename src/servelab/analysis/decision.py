@@ -3,8 +3,9 @@
 Input: one :class:`PointData` per finished sweep point (target x load level). Output, per target x level:
 throughput, tasks/h over a COMMON steady-state window, task p50/p95, TTFT p50/p95, timeouts, success rate,
 $/successful task priced at THAT target's GPU count; scaling efficiency against the smallest topology of
-the same model at the SAME level; the crossover level at which a larger topology starts to win on tasks/h
-and on $/task; and advice whose every threshold is a level read off the table.
+the same model at the SAME level (only when that model's targets differ in GPU count); the crossover
+level at which a larger topology starts to win on tasks/h and on $/task; and advice whose every threshold
+is a level read off the table.
 
 Steady-state window: every point is measured over the same span of its own run, ``[w0, w1]`` seconds after
 the run start, with ``w1`` the shortest load window of the sweep (the configured duration, or the shortest
@@ -125,15 +126,17 @@ def _collapse(rows: list[dict[str, Any]], col: str) -> None:
 
 
 def _scaling(rows: list[dict[str, Any]], col: str) -> None:
-    """Efficiency against the smallest topology of the same model at the same level."""
+    """Efficiency against the smallest topology of the same model at the same level: only across GPU counts.
+    Targets on the same GPUs (a max_num_seqs sweep, two engines on one GPU) have no scaling to measure:
+    their efficiency is None (a ratio between them would read 378% as if one GPU scaled past linear)."""
     for r in rows:
         base = [b for b in rows if b["model"] == r["model"] and b["level"] == r["level"] and b.get("gpus")]
-        if not base or not r.get("gpus") or r.get(col) is None:
+        if len({b["gpus"] for b in base}) < 2 or not r.get("gpus") or r.get(col) is None:
             r["scaling_efficiency"] = None
             continue
         b = min(base, key=lambda b: b["gpus"])
-        if b is r or not b.get(col):
-            r["scaling_efficiency"] = None if b is not r else 1.0
+        if b is r or not b.get(col) or b["gpus"] == r["gpus"]:
+            r["scaling_efficiency"] = 1.0 if b is r and b.get(col) else None
             continue
         r["scaling_efficiency"] = r[col] / (b[col] * r["gpus"] / b["gpus"])
 

@@ -157,7 +157,11 @@ def decision_html(state: dict[str, Any]) -> str:
     split = [f"<p><b>split traffic</b>: {esc(sp['text'])}</p>" for sp in state.get("split") or []]
     if not d or not d.get("rows"):
         return "".join(split)
+    head, rows = DECISION_HEAD, decision_rows(d)
+    eff = DECISION_HEAD.index("scaling eff.")
+    if all(r[eff] == "-" for r in rows):  # targets on the same GPUs: no scaling to show (the CSV keeps it)
+        head, rows = head[:eff] + head[eff + 1:], [r[:eff] + r[eff + 1:] for r in rows]
     parts = [*split, "<h2>Decision table: which topology, at which load</h2>",
-             table(DECISION_HEAD, decision_rows(d), left=1, left_last=True, csv_name="decision")]
+             table(head, rows, left=1, left_last=True, csv_name="decision")]
     parts += [f"<p><b>{esc(a['kind'])}</b>: {esc(a['text'])}</p>" for a in d.get("advice", [])]
     return "".join(parts)

@@ -142,3 +142,34 @@ def test_targets_differing_by_a_number_are_ordered_by_that_number():
     t = decision_table(pts)
     assert [r["target"] for r in t["rows"]] == [f"llama max_num_seqs={v}" for v in (4, 16, 128)]
     assert [x["target"] for x in t["targets"]] == [f"llama max_num_seqs={v}" for v in (4, 16, 128)]
+
+
+def test_no_scaling_efficiency_for_targets_on_the_same_gpus():
+    # A max_num_seqs sweep: one model, 1 GPU each, at 16 users. Before: 4 -> 458 / (121 x 1/1) = 378%, a
+    # "scaling" figure for targets that do not differ in GPUs. Now: none, and the terminal leaves the
+    # column out.
+    import io
+
+    from rich.console import Console
+
+    from servelab.report.sweep_table import render_decision
+
+    tput = {"max_num_seqs=1": 121.0, "max_num_seqs=4": 458.0, "max_num_seqs=16": 1458.0}
+    pts = [PointData(target=f"llama-3.1-8b@1xh100 {t}", level=16, model="Llama-3.1-8B", gpus=1, nodes=1,
+                     summary={"throughput": {"output_tokens_per_s": v}, "metrics": {"ttft_ms": {"p50": 50.0}},
+                              "requests": {"ok": 256, "sent": 256}})
+           for t, v in tput.items()]
+    t = decision_table(pts)
+    assert [r["scaling_efficiency"] for r in t["rows"]] == [None, None, None]
+    out = io.StringIO()
+    render_decision(t, Console(file=out, width=200))
+    assert "scaling" not in out.getvalue() and "1,458" in out.getvalue()
+    from servelab.report.sweep_table import decision_html
+
+    html = decision_html({"decision": t})
+    assert "scaling eff." not in html and "1,458" in html
+    # With a 2-GPU target of the same model beside them, the column is back: 2,000 / (121 x 2) = 826%...
+    pts.append(PointData(target="llama-3.1-8b@2xh100 max_num_seqs=1", level=16, model="Llama-3.1-8B",
+                         gpus=2, nodes=1, summary={"throughput": {"output_tokens_per_s": 2000.0}}))
+    two = _row(decision_table(pts), "llama-3.1-8b@2xh100 max_num_seqs=1", 16)
+    assert two["scaling_efficiency"] == pytest.approx(2000 / 242)
