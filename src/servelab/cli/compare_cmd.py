@@ -142,9 +142,13 @@ def figures_table(block: dict[str, Any]) -> Table:
     for c in ("figure", "unit", "A", "B", "B - A", "95% CI of B - A", "verdict"):
         ft.add_column(c, justify="right" if c in ("A", "B", "B - A") else "left")
     for r in block["rows"]:
-        ci = "-" if r.get("lo") is None else f"{sig(r.get('lo'))} to {sig(r.get('hi'))}"
-        ft.add_row(_figure_name(r["figure"]), r.get("unit") or "", sig(r.get("a")), sig(r.get("b")),
-                   sig(r.get("diff")), ci, r["verdict"])
+        unit, k = ("%", 100.0) if r.get("unit") == "fraction" else (r.get("unit") or "", 1.0)
+
+        def shown(key: str, r: dict[str, Any] = r, k: float = k) -> str:
+            return sig(None if r.get(key) is None else k * float(r[key]))
+
+        ci = "-" if r.get("lo") is None else f"{shown('lo')} to {shown('hi')}"
+        ft.add_row(_figure_name(r["figure"]), unit, shown("a"), shown("b"), shown("diff"), ci, r["verdict"])
     return ft
 
 

@@ -92,11 +92,11 @@ def comparison_section(page: Page, comparison: Mapping[str, Any] | None) -> None
                 ["figure", names[0], names[1], "difference", "95% interval", "verdict"],
                 [
                     [
-                        _figure(r["figure"]),
-                        sig(r.get("a")),
-                        sig(r.get("b")),
-                        _signed(r.get("diff")),
-                        f"{_signed(r.get('lo'))} to {_signed(r.get('hi'))}",
+                        _figure(r["figure"]) + (" (%)" if r.get("unit") == "fraction" else ""),
+                        sig(_pct_of(r, "a")),
+                        sig(_pct_of(r, "b")),
+                        _signed(_pct_of(r, "diff")),
+                        f"{_signed(_pct_of(r, 'lo'))} to {_signed(_pct_of(r, 'hi'))}",
                         r.get("verdict"),
                     ]
                     for r in figs
@@ -130,6 +130,12 @@ def comparison_headline(comparison: Mapping[str, Any]) -> str:
         return f"{names[1]} against {names[0]}: no figure differs beyond the noise ({len(figs)} compared)."
     words = "; ".join(f"{_figure(r['figure'])} {r['verdict']}" for r in moved[:6])
     return f"{names[1]} against {names[0]}: {words} ({len(moved)} of {len(figs)} figures beyond the noise)."
+
+
+def _pct_of(row: Mapping[str, Any], key: str) -> Any:
+    """A comparison row's figure as shown: a fraction (the failure rate) in percent."""
+    v = row.get(key)
+    return v if v is None or row.get("unit") != "fraction" else 100 * float(v)
 
 
 def _signed(v: Any) -> str:

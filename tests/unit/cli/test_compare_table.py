@@ -33,3 +33,29 @@ def test_figures_are_named_in_words_with_units_and_three_significant_figures():
 def test_a_sweep_level_is_named():
     text = _text({"a": "a", "b": "b", "level": 16, "rows": []})
     assert "b (B) vs a (A) at level 16" in text
+
+
+FAILURE_RATE = {"figure": "failure rate", "unit": "fraction", "a": 0.0125, "b": 0.05, "diff": 0.0375,
+                "lo": 0.01, "hi": 0.06, "verdict": "worse"}
+
+
+def test_the_failure_rate_is_a_percentage_not_a_bare_fraction():
+    line = next(ln for ln in _text({"a": "a", "b": "b", "level": 16, "rows": [FAILURE_RATE]}).splitlines()
+                if "failure rate" in ln)
+    assert "fraction" not in line
+    for cell in ("%", "1.25", "5", "3.75", "1 to 6"):
+        assert f" {cell} " in line, cell
+
+
+def test_the_comparison_report_shows_the_failure_rate_in_percent(tmp_path):
+    import re
+
+    from servelab.report.html_advice import comparison_section
+    from servelab.report.html_page import Page
+
+    page = Page(tmp_path / "c.html")
+    comparison_section(page, {"names": ["a", "b"], "figures": [FAILURE_RATE], "diff": []})
+    row = re.search(r"<tr><td[^>]*>failure rate.*?</tr>", "".join(page.parts))
+    assert row
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", row.group(0))
+    assert cells == ["failure rate (%)", "1.25", "5", "+3.75", "+1 to +6", "worse"]
