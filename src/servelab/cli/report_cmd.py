@@ -22,7 +22,7 @@ def report(
     """Write report.html for a run or a sweep."""
     from servelab.errors import ConfigError
     from servelab.records.rundir import is_run_dir
-    from servelab.report.html import write_run_report, write_sweep_report
+    from servelab.report.html import REPORT_NAME, write_report, write_sweep_report
     from servelab.sweep.state import is_sweep_dir
 
     p = Path(path)
@@ -30,7 +30,16 @@ def report(
     if is_sweep_dir(p):
         written = write_sweep_report(p, out_path)
     elif is_run_dir(p):
-        written = write_run_report(p, out_path)
+        from dataclasses import replace
+
+        from servelab.records.rundir import read_run
+
+        run = read_run(p)
+        if not run.summary:  # never finished: the figures `show` prints, recomputed from the records
+            from servelab.bench.resummarize import summary_from_run
+
+            run = replace(run, summary=summary_from_run(run))
+        written = write_report(run, out_path or run.path / REPORT_NAME)
     else:
         raise ConfigError(f"{str(p)!r} is neither a run directory nor a sweep directory",
                           hint="pass a directory printed by `servelab run` or `servelab sweep`")
