@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from servelab.records.summary import dig as _get
+from servelab.report.words import pct, sig
 
 
 def _num(v: Any, fmt: str = "{:,.1f}") -> str:
@@ -59,12 +60,10 @@ def render_sweep(state: dict[str, Any], console: Console) -> None:
         params = ", ".join(f"{k}={v}" for k, v in e.get("params", {}).items())
         t.add_row(
             params, e.get("status", "?"),
-            _num(_get(s, "throughput", "requests_per_s"), "{:,.2f}"),
-            _num(_get(s, "throughput", "output_tokens_per_s"), "{:,.0f}"),
-            _num(_get(s, "metrics", "ttft_ms", "p50")), _num(_get(s, "metrics", "ttft_ms", "p99")),
-            _num(_get(s, "metrics", "itl_ms", "p50"), "{:,.2f}"), _num(_get(s, "metrics", "e2e_ms", "p95")),
-            _num(_get(s, "throughput", "goodput_requests_per_s"), "{:,.2f}"),
-            _num(_get(s, "errors", "rate"), "{:.1%}"),
+            sig(_get(s, "throughput", "requests_per_s")), sig(_get(s, "throughput", "output_tokens_per_s")),
+            sig(_get(s, "metrics", "ttft_ms", "p50")), sig(_get(s, "metrics", "ttft_ms", "p99")),
+            sig(_get(s, "metrics", "itl_ms", "p50")), sig(_get(s, "metrics", "e2e_ms", "p95")),
+            sig(_get(s, "throughput", "goodput_requests_per_s")), pct(_get(s, "errors", "rate")),
             *([_accuracy_cell(e.get("accuracy"))] if with_acc else []),
         )
     console.print(t)
@@ -116,16 +115,17 @@ def decision_rows(decision: dict[str, Any]) -> list[list[str]]:
 
 
 def render_decision(decision: dict[str, Any], console: Console) -> None:
-    win = decision.get("window_s")
-    title = "decision table" + (
-        f" (tasks/h over the common window {win[0]:,.0f}-{win[1]:,.0f} s of every run)" if win else ""
-    )
-    t = Table(title=title, title_justify="left")
     rows = decision_rows(decision)
     # columns with nothing measured (tasks, $/task in a plain sweep) are left out here (the CSV keeps
     # them), so the rest fit; no cell is cut short with an ellipsis: a long one folds onto a second line
     keep = [i for i, c in enumerate(DECISION_HEAD)
             if c == "target" or any(r[i] not in ("-", "") for r in rows)]
+    win = decision.get("window_s")
+    tasks = DECISION_HEAD.index("tasks/h") in keep  # the window is the tasks/h column's
+    title = "decision table"
+    if win and tasks:
+        title += f" (tasks/h over the common window {win[0]:,.0f}-{win[1]:,.0f} s of every run)"
+    t = Table(title=title, title_justify="left")
     for i in keep:
         c = DECISION_HEAD[i]
         words = c in ("target", "note")  # these wrap; the figures stay whole, headers on two lines

@@ -1,0 +1,43 @@
+"""The sweep's terminal tables: three significant figures like every other table (the points table gave one
+or two decimals: '2,259.5', '15.86'), and the decision table's title speaks of tasks/h only when the table
+has a tasks/h column."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from servelab.report.sweep_table import render_decision, render_sweep
+
+
+def _text(fn, arg) -> str:
+    con = Console(width=160, record=True)
+    fn(arg, con)
+    return con.export_text()
+
+
+def test_sweep_points_have_three_significant_figures():
+    s = {"throughput": {"requests_per_s": 15.8634, "output_tokens_per_s": 3242.4,
+                        "goodput_requests_per_s": 15.8634},
+         "metrics": {"ttft_ms": {"p50": 73.81, "p99": 1358.12}, "itl_ms": {"p50": 12.2449},
+                     "e2e_ms": {"p95": 16565.5}},
+         "errors": {"rate": 0.0}}
+    text = _text(render_sweep, {"points": [{"params": {"concurrency": 64}, "status": "ok", "summary": s}]})
+    line = next(ln for ln in text.splitlines() if "concurrency=64" in ln)
+    cells = [c.strip() for c in line.split("│")[1:-1]]
+    assert cells == ["concurrency=64", "ok", "15.9", "3,240", "73.8", "1,360", "12.2", "16,600", "15.9", "0%"]
+
+
+def _row(**kw):
+    return {"target": "llama-3.1-8b@1xh100", "gpus": 1, "level": 16, "output_tokens_per_s": 1461.0,
+            "ttft_p50_ms": 47.0, "ttft_p95_ms": 208.0, "timeouts": 0, "success_rate": 1.0, "healthy": True,
+            **kw}
+
+
+def test_the_decision_title_mentions_tasks_only_with_a_tasks_column():
+    plain = {"goal": {"throughput": "output_tokens_per_s", "cost": "usd_per_task"}, "window_s": [4.0, 16.0],
+             "rows": [_row()]}
+    title = _text(render_decision, plain).splitlines()[0]
+    assert "tasks/h" not in title and title.strip() == "decision table"
+    agents = {**plain, "goal": {"throughput": "tasks_per_hour", "cost": "usd_per_task"},
+              "rows": [_row(tasks_per_hour=52.0)]}
+    assert "tasks/h over the common window 4-16 s of every run" in _text(render_decision, agents)
