@@ -27,8 +27,10 @@ def wide_console() -> Console:
 def finish_run(result: Any, *, json_out: bool) -> None:
     """Print the run, say where it was written, and exit with its verdict (servelab.cli.verdict)."""
     from servelab.cli.verdict import run_verdict
+    from servelab.report.words import run_title
 
-    print_summary(result.summary, json_out=json_out, title=f"servelab run: {result.run_dir.name}")
+    title = run_title({"workload": {"kind": result.config.workload.kind}}, result.run_dir.name)
+    print_summary(result.summary, json_out=json_out, title=title)
     err = Console(stderr=True, soft_wrap=True, highlight=False)
     for w in result.warnings:
         err.print(f"warning: {w}")

@@ -36,7 +36,9 @@ def show(
         from servelab.bench.resummarize import summary_from_run
 
         summary = summary_from_run(data)
-    print_summary(summary, json_out=json_out, title=f"servelab run: {data.path.name}"
+    from servelab.report.words import run_title
+
+    print_summary(summary, json_out=json_out, title=run_title(data.manifest.get("config"), data.path.name)
                   + ("" if data.complete else " (incomplete: read from its journal)"))
 
 

@@ -51,7 +51,7 @@ from servelab.report.html_sweep import (
     verdict_html,
 )
 from servelab.report.mix_view import mix_section
-from servelab.report.words import duration_ms
+from servelab.report.words import duration_ms, run_title
 
 REPORT_NAME = "report.html"
 MAX_TIMELINE = 12
@@ -260,7 +260,8 @@ def write_report(
         _write_sweep(page, source, title, comparison)
     else:
         title = title or (f"servelab comparison: {' vs '.join(map(str, comparison['names'][:2]))}"
-                          if comparison and comparison.get("names") else f"servelab run: {source.path.name}")
+                          if comparison and comparison.get("names")
+                          else run_title(source.manifest.get("config"), source.path.name))
         _write_run(page, source, title, comparison)
     page.footer()
     out.write_text(page.render(title), encoding="utf-8")

@@ -114,6 +114,12 @@ def duration_ms(ms: Any) -> str:
     return f"{sig(v / 3_600_000)} h"
 
 
+def run_title(config: Mapping[str, Any] | None, name: str) -> str:
+    """'servelab run: NAME', or 'servelab replay: NAME' for a trace replay (the command that made it)."""
+    kind = _get(config or {}, "workload", "kind")
+    return f"servelab {'replay' if kind == 'replay' else 'run'}: {name}"
+
+
 def money(v: Any) -> str:
     if v is None:
         return "-"
