@@ -166,6 +166,27 @@ def _render(v: Any) -> str | None:
     return orjson.dumps(v, option=orjson.OPT_SORT_KEYS).decode()
 
 
+def _words(v: Any) -> str | None:
+    """A workload setting as sorted ``key=value`` words (nested keys dotted, list items indexed, unset keys
+    left out): it wraps in a table cell and reads without JSON."""
+    pairs: list[tuple[str, str]] = []
+
+    def walk(prefix: str, x: Any) -> None:
+        if isinstance(x, Mapping):
+            for k in sorted(x, key=str):
+                walk(f"{prefix}.{k}" if prefix else str(k), x[k])
+        elif isinstance(x, (list, tuple)):
+            for i, item in enumerate(x):
+                walk(f"{prefix}[{i}]", item)
+        elif x is not None:
+            text = ("true" if x else "false") if isinstance(x, bool) else \
+                f"{x:g}" if isinstance(x, float) else str(x)
+            pairs.append((prefix, text))
+
+    walk("", v)
+    return " ".join(f"{k}={t}" for k, t in pairs) or None
+
+
 def manifest_facts(manifest: Mapping[str, Any]) -> dict[str, str | None]:
     """The value of every comparison dimension in one manifest (None: not recorded)."""
     flat = _flatten(manifest.get("target") or {})
@@ -196,11 +217,11 @@ def manifest_facts(manifest: Mapping[str, Any]) -> dict[str, str | None]:
     mix = _dig(manifest, "config", "mix")
     if mix:  # mixed traffic: the classes (each with its workload and load) replace workload and load
         wl["mix"] = mix
-    facts["prompts"] = _render(wl)
-    facts["outputs"] = _render(outputs)
+    facts["prompts"] = _words(wl)
+    facts["outputs"] = _words(outputs)
     load = effective_load(manifest)
     levels = manifest.get("levels") or _dig(manifest, "sweep", "levels")
-    facts["concurrency"] = _render({**load, **({"levels": levels} if levels else {})})
+    facts["concurrency"] = _words({**load, **({"levels": levels} if levels else {})})
     return facts
 
 

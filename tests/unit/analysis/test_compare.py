@@ -272,3 +272,18 @@ def test_the_default_closed_loop_is_the_same_load_as_its_value_written_out():
     opened["config"]["load"] = {"arrival": "poisson", "concurrency": None, "rate": 5.0}
     assert run_level(opened) == 5.0
     assert {r["dimension"]: r["status"] for r in manifest_diff([default, opened])}["concurrency"] == "differs"
+
+
+def test_workload_dimensions_read_as_key_value_words_not_json():
+    # the console cut '{"arrival":"poisson","burstiness":1.0,"concurre…' to an ellipsis (JSON has no spaces to
+    # wrap at); key=value words wrap, and unset (null) keys are left out
+    m = copy.deepcopy(_manifest())
+    m["config"]["load"] = {"arrival": "poisson", "burstiness": 1.0, "concurrency": None, "rate": None,
+                           "think_time_s": 0.0}
+    m["config"]["workload"]["ignore_eos"] = False
+    f = manifest_facts(m)
+    assert f["concurrency"] == "arrival=poisson burstiness=1 concurrency=16 think_time_s=0"
+    assert f["prompts"] == "input_tokens.kind=fixed input_tokens.value=512 kind=requests"
+    assert f["outputs"] == "ignore_eos=false output_tokens.kind=fixed output_tokens.value=128"
+    m["config"]["mix"] = [{"workload": "chat", "concurrency": 16}]
+    assert "mix[0].concurrency=16 mix[0].workload=chat" in manifest_facts(m)["prompts"]
