@@ -109,13 +109,14 @@ def _slo_checks(metrics: Mapping[str, MetricAccumulator], slo: Any) -> dict[str,
 
 
 class _Kept:
-    """What :func:`verdict_reasons` reads of an open-loop run: the measured, not cancelled requests'
-    intended send and end times (ns from one base), gathered batch by batch."""
+    """What :func:`verdict_reasons` reads of an open-loop run: the measured requests' intended send and end
+    times (ns from one base) and which were cancelled (offered all the same), gathered batch by batch."""
 
-    def __init__(self, intended: np.ndarray, end: np.ndarray) -> None:
+    def __init__(self, intended: np.ndarray, end: np.ndarray, cancelled: np.ndarray | None = None) -> None:
         self._t = {"intended_ns": intended, "end_ns": end}
         self.warmup = np.zeros(intended.size, dtype=bool)
-        self.status = np.full(intended.size, OK)
+        cut = np.zeros(intended.size, dtype=bool) if cancelled is None else cancelled
+        self.status = np.where(cut, CANCELLED, OK)
 
     def t(self, name: str) -> np.ndarray:
         return self._t[name]
@@ -143,7 +144,7 @@ class _RunAccumulator:
         self.first_start: float | None = None
         self.last_end: float | None = None
         self.base_ns: int | None = None
-        self.kept: list[tuple[np.ndarray, np.ndarray]] = []
+        self.kept: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
 
     def add(self, cols: Columns) -> None:
         self.n += cols.n
@@ -175,8 +176,8 @@ class _RunAccumulator:
             hi = float(e.max()) + shift
             self.last_end = hi if self.last_end is None else max(self.last_end, hi)
         if self.mode == "open":
-            keep = ~warm & (cols.status != CANCELLED)
-            self.kept.append((cols.t("intended_ns")[keep] + shift, cols.t("end_ns")[keep] + shift))
+            self.kept.append((cols.t("intended_ns")[~warm] + shift, cols.t("end_ns")[~warm] + shift,
+                              (cols.status == CANCELLED)[~warm]))
 
     def _tokens(self, cols: Columns, ok: np.ndarray) -> None:
         usage = cols.c("usage_completion_tokens")[ok]
@@ -238,7 +239,7 @@ class _RunAccumulator:
     def kept_columns(self) -> _Kept:
         if not self.kept:
             return _Kept(np.empty(0), np.empty(0))
-        return _Kept(np.concatenate([k[0] for k in self.kept]), np.concatenate([k[1] for k in self.kept]))
+        return _Kept(*(np.concatenate([k[i] for k in self.kept]) for i in range(3)))
 
 
 def build_summary(

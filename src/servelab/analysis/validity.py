@@ -139,8 +139,14 @@ def steady_state_reasons(mode: str, sent: int, concurrency: int | None) -> list[
             f"run never reached a steady state (send at least {concurrency} requests, ideally many more)"]
 
 
-def offered_vs_achieved(intended_ns: np.ndarray, end_ns: np.ndarray) -> dict[str, Any] | None:
+def offered_vs_achieved(intended_ns: np.ndarray, end_ns: np.ndarray,
+                        scheduled_ns: np.ndarray | None = None) -> dict[str, Any] | None:
     """Open loop: the rate requests were offered and the rate the server completed them, two ways.
+
+    The offered rate is what was scheduled, never what completed: ``scheduled_ns`` holds the intended send
+    time of every measured request (cancelled ones included: a request the drain or Ctrl-C cut was offered
+    all the same), default ``intended_ns``; offered = (scheduled - 1) / their span (``send_span_s``).
+    ``intended_ns`` / ``end_ns`` (the requests that ended) give the latencies below.
 
     * Latency growth: a server that keeps up answers a request in about the same time whenever it was
       sent; one that falls behind queues them, and the time from intended send to end grows with the send
@@ -157,22 +163,26 @@ def offered_vs_achieved(intended_ns: np.ndarray, end_ns: np.ndarray) -> dict[str
     n = int(keep.sum())
     if n < MIN_OPEN_LOOP_SAMPLE:
         return None
-    t = (intended_ns[keep] - intended_ns[keep].min()) / 1e9
+    sched = np.asarray(intended_ns if scheduled_ns is None else scheduled_ns, dtype=np.float64)
+    sched = sched[np.isfinite(sched)]
+    t0 = min(float(sched.min()), float(intended_ns[keep].min())) if sched.size else intended_ns[keep].min()
+    t = (intended_ns[keep] - t0) / 1e9
+    st = (sched - t0) / 1e9 if sched.size else t
     lat = (end_ns[keep] - intended_ns[keep]) / 1e9
-    span = float(t.max())
+    span = float(max(st.max(), t.max()))
     sxx = float(((t - t.mean()) ** 2).sum())
     if span <= 0 or sxx <= 0:
         return None
     slope = float(((t - t.mean()) * (lat - lat.mean())).sum() / sxx)
     resid = lat - lat.mean() - slope * (t - t.mean())
     se = float(np.sqrt((resid ** 2).sum() / (n - 2) / sxx))
-    offered = (n - 1) / span
+    offered = (max(st.size, n) - 1) / span
     lmed = float(np.median(lat))
     out: dict[str, Any] = {"offered_rps": offered, "send_span_s": span, "median_latency_s": lmed,
                            "latency_growth": slope, "latency_growth_se": se,
                            "growth_fraction": 1.0 / (1.0 + max(slope, -0.5)), "window_fraction": None}
     if span - lmed >= 0.25 * span:
-        sent_w = int((t <= span - lmed).sum())
+        sent_w = int((st <= span - lmed).sum())
         done_w = int(((t + lat >= lmed) & (t + lat <= span)).sum())
         if sent_w >= MIN_OPEN_LOOP_SAMPLE:
             out.update(window_fraction=done_w / sent_w, window_sent=sent_w, window_done=done_w)
@@ -250,7 +260,8 @@ def verdict_reasons(cols: Any, config: Any, mode: str, requests: Mapping[str, An
     load_check: dict[str, Any] | None = None
     if mode == "open":
         keep = ~cols.warmup & (cols.status != "cancelled")
-        load_check = offered_vs_achieved(cols.t("intended_ns")[keep], cols.t("end_ns")[keep])
+        load_check = offered_vs_achieved(cols.t("intended_ns")[keep], cols.t("end_ns")[keep],
+                                         cols.t("intended_ns")[~cols.warmup])
         asked = getattr(getattr(config, "load", None), "rate", None)
         if (
             load_check is not None

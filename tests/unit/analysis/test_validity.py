@@ -157,3 +157,20 @@ def test_an_interrupted_run_is_invalid_and_says_how_far_it_got():
                                     "the figures cover only what finished (a partial run)"]
     # Not interrupted: valid.
     assert build_summary(recs, cfg, started_ns=0, ended_ns=100 * S)["valid"] is True
+
+
+def test_offered_rate_counts_every_scheduled_request_not_only_completed_ones():
+    # 100 requests scheduled at 10/s (i x 100 ms, span 9.9 s); the even ones end 100 ms later, the odd ones
+    # are never answered and cut (cancelled). Offered = 99 / 9.9 s = 10 req/s (before: the 50 completed ones,
+    # 49 / 9.8 s = 5 req/s, and the run was called valid). Window: median latency 0.1 s; scheduled in
+    # [0, 9.8] s: 99; ended in [0.1, 9.9] s: 50 -> 50 / 99 = 50.5 %, achieved 10 x 50 / 99 = 5.05 req/s.
+    recs = [ok(i, i * S // 10, i * S // 10 + S // 10) for i in range(0, 100, 2)]
+    recs += [RequestRecord(request_id=i, status="cancelled", intended_ns=i * S // 10)
+             for i in range(1, 100, 2)]
+    s = summarize(recs, load={"rate": 10})
+    load = s["offered_vs_achieved"]
+    assert load["offered_rps"] == pytest.approx(10.0) and load["send_span_s"] == pytest.approx(9.9)
+    assert load["window_sent"] == 99 and load["window_done"] == 50
+    assert load["achieved_rps"] == pytest.approx(10 * 50 / 99)
+    assert s["valid"] is False
+    assert s["invalid_reasons"][0].startswith("offered 10 req/s but requests completed at 5.05 req/s (51% < ")
