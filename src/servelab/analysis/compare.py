@@ -27,7 +27,6 @@ from servelab.analysis.metrics import (
     unit_of,
 )
 from servelab.analysis.stats import RateSample, bootstrap_diff_ci, bootstrap_mean_diff_ci, rate_diff_ci
-from servelab.config.models import DEFAULT_CONCURRENCY
 from servelab.errors import ComparisonError, ConfigError
 from servelab.records.schema import CANCELLED
 from servelab.records.summary import dig as _dig
@@ -223,6 +222,10 @@ def manifest_facts(manifest: Mapping[str, Any]) -> dict[str, str | None]:
     levels = manifest.get("levels") or _dig(manifest, "sweep", "levels")
     facts["concurrency"] = _words({**load, **({"levels": levels} if levels else {})})
     return facts
+
+
+# config.models.DEFAULT_CONCURRENCY, mirrored (analysis does not import config); a test keeps them equal
+DEFAULT_CONCURRENCY = 16
 
 
 def effective_load(manifest: Mapping[str, Any]) -> dict[str, Any]:

@@ -260,8 +260,10 @@ def test_a_sweeps_server_command_line_is_a_fact():
 def test_the_default_closed_loop_is_the_same_load_as_its_value_written_out():
     # `servelab run` (no --concurrency: 16 users) against `servelab config init` + `run --config` (the file
     # says concurrency: 16) is the same work: not "concurrency levels differ", and one level (16) for check
-    from servelab.analysis.compare import run_level
+    from servelab.analysis.compare import DEFAULT_CONCURRENCY, run_level
+    from servelab.config.models import DEFAULT_CONCURRENCY as CONFIG_DEFAULT
 
+    assert DEFAULT_CONCURRENCY == CONFIG_DEFAULT
     default, written = copy.deepcopy(_manifest()), copy.deepcopy(_manifest())
     default["config"]["load"] = {"arrival": "poisson", "concurrency": None, "rate": None}
     written["config"]["load"] = {"arrival": "poisson", "concurrency": 16, "rate": None}
