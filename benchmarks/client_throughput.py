@@ -6,7 +6,9 @@ interleave as in a batching engine). Each client then runs alone in a fresh proc
 CPU time (time.process_time) is what is charged to it:
 
   (a) servelab  - servelab.transport.http.HttpTransport (full parsing, timing, records)
-  (b) reference - a minimal raw-socket uvloop client that only counts "data: " lines and stamps reads
+  (b) reference - a minimal raw-socket uvloop client that only counts "data: " lines and stamps reads (in
+                  the long-context and whole-run cases it also keeps every token's arrival time, 8 bytes
+                  each in an array('q') per request, held to the end: what any measuring client must keep)
   (c) aiohttp   - a plain aiohttp client (line iteration + orjson per event + a timestamp per token)
   (d) vllm      - `vllm bench serve`, when vllm is importable
 
@@ -28,6 +30,7 @@ import importlib.util
 import multiprocessing as mp
 import statistics
 import time
+from array import array
 from collections.abc import Callable
 
 import httptools
@@ -157,6 +160,7 @@ class Result:
         self.tokens = 0
         self.ttfts_ns: list[int] = []
         self.lags_ns: list[int] = []  # client first-token stamp minus the server's write time (ttft case)
+        self.token_times: list[array] = []  # per request, when the reference keeps token times
         self.wall_s = 0.0
         self.cpu_s = 0.0
 
@@ -215,6 +219,7 @@ class _RefProto(asyncio.Protocol):
         self.length = -1
         self.got = 0
         self.stamp = 0
+        self.times: array | None = None  # token arrival times (ns), when the caller keeps them
 
     def connection_made(self, transport) -> None:  # type: ignore[no-untyped-def]
         self.t = transport
@@ -240,8 +245,12 @@ class _RefProto(asyncio.Protocol):
             digits = buf[i + 11 : buf.find(b'"', i + 11)] if i >= 0 else b""
             self.stamp = int(digits) if digits.isdigit() else 0
         self.count += k
+        if self.times is not None and k:
+            self.times.extend((now,) * k)
         if buf.endswith(b"0\r\n\r\n") and b"[DONE]" in buf:
             tokens, self.count, self.tail = self.count - 2, 0, b""
+            if self.times is not None:
+                del self.times[tokens:]  # the usage chunk and [DONE] are not tokens
             self.fut.set_result(tokens)  # type: ignore[union-attr]
         else:
             self.tail = buf[-8:]
@@ -252,7 +261,7 @@ class _RefProto(asyncio.Protocol):
 
 
 async def _run_reference(url: str, n: int, duration: float, stream: bool, res: Result,
-                         prompt: list[dict] | None = None) -> None:
+                         prompt: list[dict] | None = None, keep_times: bool = False) -> None:
     from urllib.parse import urlsplit
 
     parts = urlsplit(url)
@@ -268,9 +277,13 @@ async def _run_reference(url: str, n: int, duration: float, stream: bool, res: R
         while time.perf_counter() < deadline:
             proto.fut = loop.create_future()
             proto.first_ns = 0
+            if keep_times:
+                proto.times = array("q")
             sent = time.monotonic_ns()
             proto.t.write(req)
             tokens = await proto.fut
+            if keep_times:
+                res.token_times.append(proto.times)  # type: ignore[arg-type]
             res.requests += 1
             res.tokens += tokens
             res.ttfts_ns.append(proto.first_ns - sent)
@@ -376,9 +389,9 @@ def main() -> None:
         _report(ctx, base, duration, rounds, concurrencies, set(args.cases.split(",")))
         cases = set(args.cases.split(","))
         if "long" in cases:
-            _long_context(base, duration, args.scale)
+            _long_context(base, duration, args.scale, rounds)
         if "whole" in cases:
-            _whole_run(base, args.scale)
+            _whole_run(base, args.scale, rounds)
     finally:
         server.terminate()
         server.join(timeout=10)
@@ -482,8 +495,13 @@ cfg = validate(RunConfig, {"target": {"url": url, "model": "bench-model"}, "load
     "telemetry": {"enabled": False}, "out": out})
 r = execute(cfg, report=False)
 th = r.summary["throughput"]
+import asyncio
+from servelab.workload.requests import make_synthesizer, planner
+async def first_prompt():  # the size of the bodies sent, for a reference body of the same size
+    return (await planner(cfg, await make_synthesizer(cfg))).plan(0).text()
 print(json.dumps({"requests": r.summary["requests"]["ok"], "load_s": th["duration_s"],
-                  "load_cpu_s": sum(x.load_cpu_s or 0 for x in r.shards)}))
+                  "load_cpu_s": sum(x.load_cpu_s or 0 for x in r.shards),
+                  "prompt_chars": len(asyncio.run(first_prompt()))}))
 """
 
 # The raw reference for the long-context case: one prebuilt body of the same size, sent over and over.
@@ -495,7 +513,8 @@ url, conc, dur, chars = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(s
 words = ("the quick brown fox jumps over a lazy dog " * (chars // 40 + 1))[:chars]
 res = ct.Result()
 c0, t0 = time.process_time(), time.perf_counter()
-uvloop.run(ct._run_reference(url, conc, dur, True, res, prompt=[{"role": "user", "content": words}]))
+uvloop.run(ct._run_reference(url, conc, dur, True, res, prompt=[{"role": "user", "content": words}],
+                             keep_times=True))
 print(json.dumps({"requests": res.requests, "load_s": time.perf_counter() - t0,
                   "load_cpu_s": time.process_time() - c0, "failed": res.failed}))
 """
@@ -508,7 +527,8 @@ import client_throughput as ct, uvloop
 url, conc, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 res = ct.Result()
 async def go():
-    task = asyncio.get_running_loop().create_task(ct._run_reference(url, conc, 3600, True, res))
+    task = asyncio.get_running_loop().create_task(ct._run_reference(url, conc, 3600, True, res,
+                                                                    keep_times=True))
     while res.requests < n:
         await asyncio.sleep(0.005)
     task.cancel()
@@ -516,7 +536,7 @@ try:
     uvloop.run(go())
 except BaseException:
     pass
-print(json.dumps({"requests": res.requests}))
+print(json.dumps({"requests": res.requests, "kept_times": sum(map(len, res.token_times))}))
 """
 
 
@@ -551,19 +571,29 @@ def _verdict(ok: bool) -> str:
     return "PASS" if ok else "FAIL"
 
 
-def _long_context(base: str, duration: float, scale: float) -> None:
+def _median_run(runs: list[dict], key: Callable[[dict], float]) -> dict:
+    return sorted(runs, key=key)[len(runs) // 2]
+
+
+def _long_context(base: str, duration: float, scale: float, rounds: int) -> None:
     import tempfile
 
     tokens = max(1000, int(50_000 * scale))
     conc = 32
     print(f"\nlong context: {tokens:,}-token prompts (chat), concurrency {conc}, {duration:g} s, "
           "256 streamed tokens back;\nservelab = a whole `execute` run (prompts built by the workload), "
-          "reference = one prebuilt body of the same size")
-    with tempfile.TemporaryDirectory() as tmp:
-        s = _py(_LONG, f"{base}/stream/v1", str(conc), str(duration), str(tokens), tmp)
-    chars = int(6.2 * tokens)  # the synthesized prose runs ~6.2 bytes per token (310 KB at 50k)
+          "reference = one prebuilt body of the same size, keeping token times;\n"
+          f"median of {rounds} interleaved round(s)")
     here = str(__file__.rsplit("/", 1)[0])
-    r = _py(_LONG_REF, f"{base}/stream/v1", str(conc), str(duration), str(chars), here)
+    ss, rs = [], []
+    for _ in range(rounds):
+        with tempfile.TemporaryDirectory() as tmp:
+            ss.append(_py(_LONG, f"{base}/stream/v1", str(conc), str(duration), str(tokens), tmp))
+        chars = ss[-1]["prompt_chars"]  # the synthesized prose: ~4.7 bytes per estimated token
+        rs.append(_py(_LONG_REF, f"{base}/stream/v1", str(conc), str(duration), str(chars), here))
+    s = _median_run(ss, lambda x: x["requests"] / x["load_s"])
+    r = _median_run(rs, lambda x: x["requests"] / x["load_s"])
+    print(f"prompt: {s['prompt_chars']:,} characters")
     rows = {"servelab": s, "raw reference": r}
     print(f"{'client':<14} {'req/s':>8} {'CPU ms/req':>11}")
     for name, x in rows.items():
@@ -573,7 +603,18 @@ def _long_context(base: str, duration: float, scale: float) -> None:
     print(f"ratio servelab/raw req/s (long context): {ratio:.2f}  target >= 0.9: {_verdict(ratio >= 0.9)}")
 
 
-def _whole_run(base: str, scale: float) -> None:
+def _load_window_s(out: str) -> float:
+    """The load window of the one run written under ``out`` (its summary's throughput duration)."""
+    import json
+    from pathlib import Path
+
+    summary = next(Path(out).glob("*/summary.json"), None)
+    if summary is None:
+        return float("nan")
+    return float(json.loads(summary.read_text())["throughput"]["duration_s"])
+
+
+def _whole_run(base: str, scale: float, rounds: int) -> None:
     import shutil
     import sys
     import tempfile
@@ -582,18 +623,26 @@ def _whole_run(base: str, scale: float) -> None:
     conc = 64
     exe = shutil.which("servelab") or ""
     print(f"\nwhole run: {n:,} requests x 256 streamed tokens, concurrency {conc}; wall time of the whole "
-          "process (`servelab run ... --json`: import, load, Parquet, summary, report)\nagainst a raw "
-          "reference process sending the same requests; peak RSS of each")
-    with tempfile.TemporaryDirectory() as tmp:
-        cmd = [exe] if exe else [sys.executable, "-m", "servelab.cli.main"]
-        s_wall, s_mb = _peak_of([*cmd, "run", "--target", f"{base}/stream/v1", "--model", MODEL,
+          "process (`servelab run ... --json`: import, load, Parquet, summary, report.html - the report is "
+          "on, as by default)\nagainst a raw reference process sending the same requests and keeping every "
+          f"token's arrival time (8 B/token, as any measuring client must); peak RSS of each; median "
+          f"of {rounds} interleaved round(s)")
+    ss, rs = [], []
+    for _ in range(rounds):
+        with tempfile.TemporaryDirectory() as tmp:
+            cmd = [exe] if exe else [sys.executable, "-m", "servelab.cli.main"]
+            wall, mb = _peak_of([*cmd, "run", "--target", f"{base}/stream/v1", "--model", MODEL,
                                  "--concurrency", str(conc), "--requests", str(n), "--input-tokens", "64",
                                  "--output-tokens", "256", "--out", tmp, "--json"])
-    r_wall, r_mb = _peak_of([sys.executable, "-c", _WHOLE_REF, f"{base}/stream/v1", str(conc), str(n),
-                             str(__file__.rsplit("/", 1)[0])])
+            ss.append((wall, mb, _load_window_s(tmp)))
+        rs.append(_peak_of([sys.executable, "-c", _WHOLE_REF, f"{base}/stream/v1", str(conc), str(n),
+                            str(__file__.rsplit("/", 1)[0])]))
+    s_wall, s_mb, load_s = sorted(ss)[len(ss) // 2]
+    r_wall, r_mb = sorted(rs)[len(rs) // 2]
     print(f"{'client':<14} {'wall s':>8} {'req/s':>8} {'peak MB':>8}")
-    print(f"{'servelab':<14} {s_wall:>8.2f} {n / s_wall:>8.0f} {s_mb:>8.0f}")
-    print(f"{'raw reference':<14} {r_wall:>8.2f} {n / r_wall:>8.0f} {r_mb:>8.0f}")
+    print(f"{'servelab':<14} {s_wall:>8.2f} {n / s_wall:>8.0f} {s_mb:>8.0f}   (load window {load_s:.2f} s, "
+          f"the rest {s_wall - load_s:.2f} s)")
+    print(f"{'raw reference':<14} {r_wall:>8.2f} {n / r_wall:>8.0f} {r_mb:>8.0f}   (keeps token times)")
     ratio, mem = r_wall / s_wall, s_mb / r_mb
     print(f"ratio servelab/raw whole-run rate: {ratio:.2f}  target >= 0.75: {_verdict(ratio >= 0.75)}")
     print(f"peak memory servelab/raw: {mem:.2f}x  target <= 2x: {_verdict(mem <= 2.0)}")
