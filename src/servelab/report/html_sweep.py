@@ -336,7 +336,7 @@ def scaling_section(page: Page, state: Mapping[str, Any]) -> None:
         )
     )
     page.add(table(["nodes", axis, "out tok/s", "ideal tok/s", "efficiency"],
-                   [[r["nodes"], num(r["level"], "{:g}"), num(r["throughput"]), num(r["ideal"]),
+                   [[r["nodes"], num(r["level"], "{:g}"), sig(r["throughput"]), sig(r["ideal"]),
                      pct(r.get("efficiency"))] for r in rows]))
 
 

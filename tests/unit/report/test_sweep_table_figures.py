@@ -41,3 +41,26 @@ def test_the_decision_title_mentions_tasks_only_with_a_tasks_column():
     agents = {**plain, "goal": {"throughput": "tasks_per_hour", "cost": "usd_per_task"},
               "rows": [_row(tasks_per_hour=52.0)]}
     assert "tasks/h over the common window 4-16 s of every run" in _text(render_decision, agents)
+
+
+def test_the_report_scaling_rows_have_three_significant_figures(tmp_path):
+    # the per-level scaling rows gave one decimal ('1,472.6') where the peak rows above them give three
+    # significant figures
+    import re
+
+    from servelab.report.html import write_sweep_report
+    from tests.unit.report.fake_runs import write_grouped_sweep
+
+    d = write_grouped_sweep(tmp_path / "s", {"n1": ({"target": "sim:a@1"}, 4, 1),
+                                             "n2": ({"target": "sim:a@2"}, 8, 2)})
+    page = write_sweep_report(d).read_text()
+    scaling = page[page.index("Scaling efficiency across node counts"):]
+    scaling = scaling[:scaling.index("<h2", 10)]
+    rows = re.findall(r"<tr><td class=\"l\">\d</td><td class=\"\">[\d.]+</td><td class=\"\">([^<]*)</td>"
+                      r"<td class=\"\">([^<]*)</td><td class=\"\">[^<]*%</td></tr>", scaling)
+    assert len(rows) >= 5
+    for cells in rows:
+        for cell in cells:
+            digits = re.sub(r"[^0-9]", "", cell).lstrip("0")
+            digits = digits if "." in cell else digits.rstrip("0")
+            assert len(digits) <= 3, cell
