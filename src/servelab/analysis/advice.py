@@ -9,7 +9,7 @@ the run did not measure that fact. A rule's verdict:
     not indicated (veto)      a veto condition was measured and fails: the figure the advice rests on says
                               no (split traffic when the mix measured no interference)
     recommended               at least 3/4 of the known conditions hold (and at least two are known; one
-                              for a rule of one or two conditions)
+                              for a rule of one condition or in ONE_FACT_RULES)
     not indicated             at most 1/4 hold
     mixed                     in between
     not enough evidence       fewer than two conditions could be tested
@@ -47,6 +47,7 @@ SPLIT_LOSS = 0.6  # throughput at the SLO-meeting level below this share of the 
 # the interactive class's TTFT p95 with the bulk class / alone (a --mix run's baseline) at or above this:
 # bulk traffic interferes; below it, splitting the endpoint has nothing to fix
 INTERFERENCE_RATIO = 1.25
+INTERFERENCE_MS = 50.0  # ...and it adds at least this much (ms) to that p95: 15 ms more is not worth a split
 
 
 def _fact(facts: dict[str, Fact], name: str, value: Any, unit: str, label: str, source: str) -> None:
@@ -208,7 +209,7 @@ def collect_evidence(
     pre = _get(tel, "counters", "preemptions_total")
     if pre is not None and "preempted_share" not in facts:
         _fact(facts, "preemptions", float(pre), "", "server preemptions during the run", "telemetry")
-    _interference_fact(facts, (summary or {}).get("interference"))
+    _interference_fact(facts, (summary or {}).get("interference"), slo)
     if sweep and sweep.get("slo_level") is not None:
         lv, tp = list(sweep["levels"]), [float(x) for x in sweep["throughput"]]
         if sweep["slo_level"] in lv and tp:
@@ -218,18 +219,26 @@ def collect_evidence(
     return facts
 
 
-def _interference_fact(facts: dict[str, Fact], inter: Any) -> None:
-    """A --mix run's interference: the first (interactive) class's TTFT p95 with the others / alone."""
+def _interference_fact(facts: dict[str, Fact], inter: Any, slo: Mapping[str, Any]) -> None:
+    """A --mix run's interference: the first (interactive) class's TTFT p95 with the others / alone, what
+    that adds (ms), and, with a TTFT SLO, the mixed TTFT at the SLO's percentile over its limit."""
     if not isinstance(inter, Mapping):
         return
     v = _get(inter, "metrics", "ttft_ms", "p95") or {}
     if v.get("ratio") is None:
         return
-    others = ", ".join(inter.get("with") or []) or "the other classes"
+    who, others = inter.get("class"), ", ".join(inter.get("with") or []) or "the other classes"
     _fact(facts, "interference_ttft_p95", float(v["ratio"]), "x",
-          f"{inter.get('class')} TTFT p95 with {others} / alone "
-          f"({v.get('mixed'):.3g} / {v.get('alone'):.3g} ms)",
+          f"{who} TTFT p95 with {others} / alone ({v.get('mixed'):.3g} / {v.get('alone'):.3g} ms)",
           "mix interference")
+    _fact(facts, "interference_ttft_p95_ms", float(v["mixed"]) - float(v["alone"]), " ms",
+          f"{who} TTFT p95 added by {others}", "mix interference")
+    pct = float(slo.get("percentile") or 99)
+    key = {50.0: "p50", 95.0: "p95", 99.0: "p99"}.get(pct)
+    mixed = (_get(inter, "metrics", "ttft_ms", key) or {}).get("mixed") if key else None
+    if slo.get("ttft_ms") and mixed is not None:
+        _fact(facts, "interference_ttft_slo", float(mixed) / float(slo["ttft_ms"]), "x",
+              f"{who} TTFT {key} with {others} / the SLO's {float(slo['ttft_ms']):g} ms", "mix interference")
 
 
 @dataclass(frozen=True)
@@ -250,6 +259,8 @@ def _is(fact: str, want: bool, decisive: str | None = None) -> Condition:
     return Condition(fact, f"is {str(want).lower()}", lambda v: bool(v) == want, decisive)
 
 
+# rules whose every condition is a direct measurement of the question: one known fact can decide them
+ONE_FACT_RULES = frozenset({"split traffic"})
 RULES: tuple[tuple[str, str, tuple[Condition, ...]], ...] = (
     ("single node", "serve from one node",
      (_is("fits_one_node", True, decisive=None), _cond("kv_need_ratio", "<", KV_COMFORT),
@@ -264,7 +275,9 @@ RULES: tuple[tuple[str, str, tuple[Condition, ...]], ...] = (
       _cond("tool_share", ">=", TOOL_SHARE))),
     ("split traffic", "split interactive and bulk traffic into endpoints with different max-num-seqs",
      (_cond("slo_throughput_share", "<", SPLIT_LOSS),
-      _cond("interference_ttft_p95", ">=", INTERFERENCE_RATIO, veto=True))),
+      _cond("interference_ttft_p95", ">=", INTERFERENCE_RATIO, veto=True),
+      _cond("interference_ttft_p95_ms", ">=", INTERFERENCE_MS, veto=True),
+      _cond("interference_ttft_slo", ">", 1.0, veto=True))),
 )
 
 
@@ -284,12 +297,12 @@ def _evaluate(
             holds.append(h)
         if c.decisive and h:
             settled = c.decisive
-        if c.veto and h is False and f is not None:
+        if c.veto and h is False and f is not None and vetoed is None:
             vetoed = f"{f['label']} is {f['value']:.3g}{f['unit']}, not {c.test}{f['unit']}"
     if name == "single node" and facts.get("fits_one_node", {}).get("value") is False:
         settled = "not possible"
     s, n = sum(holds), len(holds)
-    min_known = 1 if len(conds) <= 2 else 2
+    min_known = 1 if len(conds) == 1 or name in ONE_FACT_RULES else 2
     if settled:
         verdict = settled
     elif vetoed:

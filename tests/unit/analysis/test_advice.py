@@ -126,9 +126,17 @@ def test_topology_verdicts_from_one_run_point_to_the_decision_table():
         assert "from one run's evidence only" in adv[rule]["why"] and "decision table" in adv[rule]["why"]
 
 
-def _interference(alone_ms, mixed_ms):
-    return {"interference": {"class": "chat", "with": ["batch-summarize"], "metrics": {
-        "ttft_ms": {"p95": {"alone": alone_ms, "mixed": mixed_ms, "ratio": mixed_ms / alone_ms}}}}}
+def _interference(alone_ms, mixed_ms, p99=None):
+    ttft = {"p95": {"alone": alone_ms, "mixed": mixed_ms, "ratio": mixed_ms / alone_ms}}
+    if p99 is not None:
+        ttft["p99"] = {"alone": p99[0], "mixed": p99[1], "ratio": p99[1] / p99[0]}
+    return {"interference": {"class": "chat", "with": ["batch-summarize"], "metrics": {"ttft_ms": ttft}}}
+
+
+def _no_slo():
+    m = _manifest()
+    m["config"]["slo"] = {}
+    return m
 
 
 def test_no_split_advice_when_the_mix_measured_no_interference():
@@ -140,6 +148,7 @@ def test_no_split_advice_when_the_mix_measured_no_interference():
     assert split["verdict"] == "not indicated"
     ev = {e["fact"]: e for e in split["evidence"]}
     assert ev["interference_ttft_p95"]["value"] == 1.05 and ev["interference_ttft_p95"]["holds"] is False
+    assert ev["interference_ttft_p95_ms"]["value"] == 4.0 and ev["slo_throughput_share"]["holds"] is True
     assert "not indicated, the measured figure it rests on says no: chat TTFT p95 with batch-summarize / " \
            "alone (84 / 80 ms) is 1.05x, not >= 1.25x" in split["why"]
     # Alone, the no-interference figure still says no.
@@ -147,8 +156,31 @@ def test_no_split_advice_when_the_mix_measured_no_interference():
     assert alone["split traffic"]["verdict"] == "not indicated"
 
 
-def test_split_advice_when_the_mix_measured_interference():
-    # 76.8 ms alone, 399 ms beside the bulk class: 5.2x >= 1.25x, the one measured condition holds.
+def test_no_split_for_a_large_ratio_of_a_small_latency():
+    # Seen on 8 x H100, chat:2 + batch-summarize:1: TTFT p95 22.2 -> 37.6 ms, 1.69x, but 15.4 ms added
+    # (< 50 ms) and no SLO to miss: not worth two endpoints.
+    adv = _by_rule(advise(collect_evidence(_no_slo(), summary=_interference(22.2, 37.6))))
+    split = adv["split traffic"]
+    assert split["verdict"] == "not indicated"
+    assert "chat TTFT p95 added by batch-summarize is 15.4 ms, not >= 50 ms" in split["why"]
+
+
+def test_no_split_when_the_interactive_class_still_meets_its_slo_beside_bulk_traffic():
+    # 76.8 ms alone, 399 ms beside the bulk class (5.2x, +322 ms), but the SLO is TTFT p95 <= 500 ms and
+    # 399 / 500 = 0.799: it is still met, one endpoint serves both.
     adv = _by_rule(advise(collect_evidence(_manifest(), summary=_interference(76.8, 399.36))))
+    assert adv["split traffic"]["verdict"] == "not indicated"
+    assert "the SLO's 500 ms is 0.799x, not > 1x" in adv["split traffic"]["why"]
+
+
+def test_split_advice_when_the_mix_measured_interference():
+    # 76.8 ms alone, 640 ms beside the bulk class: 8.33x >= 1.25x, +563 ms >= 50 ms, 640 / 500 = 1.28 > 1:
+    # the SLO is missed because of the bulk class. 3 of 3 measured conditions hold (the sweep's is unknown).
+    adv = _by_rule(advise(collect_evidence(_manifest(), summary=_interference(76.8, 640.0))))
     assert adv["split traffic"]["verdict"] == "recommended"
-    assert adv["split traffic"]["why"].endswith(": 1 of 1 tested conditions hold, 1 not measured")
+    assert adv["split traffic"]["why"].endswith(": 3 of 3 tested conditions hold, 1 not measured")
+    # The SLO's percentile is read: p99 1,100 ms with a p99 SLO of 500 ms misses it too.
+    m = _manifest(slo_pct=99)
+    adv = _by_rule(advise(collect_evidence(m, summary=_interference(76.8, 640.0, p99=(90.0, 1100.0)))))
+    ev = {e["fact"]: e for e in adv["split traffic"]["evidence"]}
+    assert ev["interference_ttft_slo"]["value"] == 2.2 and adv["split traffic"]["verdict"] == "recommended"
