@@ -98,3 +98,19 @@ def test_diff_ci_detects_a_shift_and_not_noise():
 
 def test_diff_ci_too_small():
     assert bootstrap_diff_ci([1.0], [1.0, 2.0])["diff"] is None
+
+
+def test_ranked_bootstrap_equals_resampling_with_np_percentile_to_the_bit():
+    """The counting shortcut gives what resampling and np.percentile give, draw for draw (ties, tiny and
+    chunked samples, percentiles on and between order statistics, 0 and 100)."""
+    from servelab.analysis.stats import _bootstrap_distribution, _replicates
+
+    data = np.random.default_rng(5)
+    for n in (2, 3, 11, 400, 1500):  # 1,500: several chunks of resamples
+        for sample in (data.exponential(size=n), data.integers(0, 4, size=n).astype(float)):
+            for pcts in ([50.0, 95.0, 99.0], [0.0, 37.5, 99.9, 100.0]):
+                got, scale = _bootstrap_distribution(sample, pcts, 700, 5000, np.random.default_rng(9))
+                want, want_scale = _replicates(sample, lambda x, p=pcts: np.percentile(x, p, axis=1).T,
+                                               len(pcts), 700, 5000, np.random.default_rng(9))
+                assert scale == want_scale == 1.0
+                assert np.array_equal(got, want)
