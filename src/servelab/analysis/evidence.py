@@ -117,7 +117,9 @@ def _moe(server: Mapping[str, Any], ep: int | None) -> dict[str, Any]:
     if ep is not None:
         out["ep"] = ep
     imb = server.get("expert_imbalance")
-    if imb and imb.get("n") and (ep is None or ep > 1):
+    # ep unknown (an HTTP target) and every step even: a dense model or no expert parallelism, nothing to say
+    even = ep is None and imb is not None and (imb.get("p95") or 0) <= 1 + 1e-9
+    if imb and imb.get("n") and (ep is None or ep > 1) and not even:
         out["imbalance_p50"], out["imbalance_p95"], out["steps"] = (
             imb.get("p50"),
             imb.get("p95"),

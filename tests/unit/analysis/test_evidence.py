@@ -120,3 +120,16 @@ def test_imbalance_without_a_known_ep_says_so():
     ev["moe"]["ep"] = 8
     (row,) = [text for name, text in evidence_rows(ev) if name == "expert-load imbalance"]
     assert "at most ep = 8" in row
+
+
+def test_an_even_imbalance_on_an_unknown_ep_is_not_shown():
+    # a dense model behind HTTP (servelab sim serve of llama-3.1-8b): its simulator exports the imbalance
+    # histogram at exactly 1 on every step, and servelab cannot know ep; "p50 1, p95 1 (... ep not known)"
+    # says nothing about experts, so no row
+    server = {"expert_imbalance": {"n": 1801, "p50": 1.0, "p95": 1.0, "max_bound": 1.0}}
+    ev = run_evidence(None, {"server": server}, {"target": {"engine": "vllm"}})
+    assert "imbalance_p50" not in ev.get("moe", {})
+    assert "expert-load imbalance" not in dict(evidence_rows(ev))
+    server["expert_imbalance"]["p95"] = 1.3  # uneven: shown, with its ep unknown
+    rows = dict(evidence_rows(run_evidence(None, {"server": server}, {"target": {"engine": "vllm"}})))
+    assert "ep not known" in rows["expert-load imbalance"]
