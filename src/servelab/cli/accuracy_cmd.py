@@ -143,7 +143,7 @@ def _print(report: dict[str, Any]) -> None:
 
     console = wide_console()
     t = Table(title=f"accuracy on {report['dataset']['items']} items ({report['dataset']['source']}), "
-              "temperature 0, 95% Wilson interval")
+              "temperature 0, 95% Wilson interval", title_justify="left")
     for col in ("#", "target", "model", "accuracy", "correct / answered", "failed"):
         t.add_column(col)
     for r in report["targets"]:
@@ -167,6 +167,6 @@ def _print(report: dict[str, Any]) -> None:
                 f"[yellow]warning[/]: #{r['index']} failed {r['failed']} request(s); accuracy is over "
                 "the answered items (see items.jsonl for the errors)"
             )
-        if r["wrong_at_length_limit"]:
+        if r["wrong_at_length_limit"] and r.get("measurable", True):  # filler text: no advice about it
             console.print(f"[yellow]note[/]: #{r['index']}: {r['wrong_at_length_limit']} wrong answer(s) hit "
                           "max_tokens; raise --max-tokens if the model reasons before answering")
