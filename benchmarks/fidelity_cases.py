@@ -10,6 +10,7 @@ Lengths are fixed (ignore_eos); prompts are distinct token sequences, so no pref
 from __future__ import annotations
 
 import asyncio
+import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,8 +97,67 @@ def family_of(dep: Deployment) -> str:
     return "amd" if name.startswith("amd") else name.split("-")[-1]
 
 
+def trtllm_bench_limits(dep: Deployment, isl: int, osl: int,
+                        kv_fraction: float = 0.90) -> tuple[int, int] | None:
+    """(max_batch_size, max_num_tokens) that ``trtllm-bench throughput`` picks when it is given neither, as in
+    the TensorRT-LLM perf overviews (whose commands pass only --tp/--pp/--ep and extra LLM-API options).
+
+    The tool estimates how many requests of ``isl + osl`` tokens its KV memory holds, from the checkpoint's
+    config.json and stored parameter count: KV bytes per token = 2 x layers x max(tp, num_key_value_heads) x
+    head_size x KV element bytes (head_size = head_dim, else hidden / heads: for MLA models the config's 128
+    KV heads x 56, far more than MLA's real cache), memory = GPUs x device GiB - parameters x weight element
+    bytes, times ``kv_fraction`` (its --kv_cache_free_gpu_mem_fraction, default 0.90). Batch size: that
+    request count (at most 4096, per pipeline stage) rounded up to 32 (at least 64) below 256, to 128 below
+    1024, else to 256; tokens per step: batch x (1 + isl / osl), at most 32768, rounded up to 256 (at least
+    2048) below 4096, to 512 below 8192, else to 1024. With attention-DP the engine applies both per rank.
+    Only for FP8, NVFP4 and unquantized checkpoints: others (MXFP4) get TensorRT-LLM's build defaults 2048 /
+    8192, the engine profile's own. None then."""
+    m = dep.model
+    if m.ffn.get("expert_dtype") == "fp4" and dep.dtype != "fp4":  # MXFP4 checkpoint: not a tuned format
+        return None
+    elem = {"fp8": 1.0, "fp4": 0.5}.get(dep.dtype, 2.0)
+    a = m.attention
+    if a["kind"] == "mla":
+        kv_heads, head = a["heads"], m.hidden // a["heads"]
+    else:
+        kv_heads, head = a.get("kv_heads", a["heads"]), a["head_dim"]
+    kv_elem = 1.0 if dep.kv_dtype == "fp8" else 2.0
+    gib = 1024**3
+    per_token = 2 * m.layers * max(dep.tp, kv_heads) * head * kv_elem / gib
+    stored = m.total_params() + m.mtp_layers * (m.total_params() - m.embed_params) / m.layers
+    if dep.dtype == "fp4":  # two FP4 values per stored byte, one FP8 scale per 16 values
+        q = stored - m.embed_params
+        stored = q / 2 + q / 16 + m.embed_params
+    n_gpus = dep.tp * dep.pp
+    free = n_gpus * dep.hardware.hbm_gb - stored * elem / gib
+    requests = free * kv_fraction / (per_token * (isl + osl))
+    raw_bs = min(requests, 4096) / dep.pp
+    raw_tok = min(raw_bs * (1 + isl / osl), 32768)
+    if raw_bs < 256:
+        bs = max(64, 32 * math.ceil(raw_bs / 32))
+    elif raw_bs < 1024:
+        bs = 128 * math.ceil(raw_bs / 128)
+    else:
+        bs = 256 * math.ceil(raw_bs / 256)
+    if raw_tok < 4096:
+        tok = max(2048, 256 * math.ceil(raw_tok / 256))
+    elif raw_tok < 8192:
+        tok = 512 * math.ceil(raw_tok / 512)
+    else:
+        tok = 1024 * math.ceil(raw_tok / 1024)
+    return bs, tok
+
+
 def deployment(case: Case, backend: str) -> Deployment:
-    return parse_sim_target(f"sim:{case.target},backend={backend}")
+    """The row's deployment. TensorRT-LLM perf-overview rows ran under trtllm-bench, which sets the batch and
+    token limits from its own heuristic (:func:`trtllm_bench_limits`), not the engine's defaults."""
+    dep = parse_sim_target(f"sim:{case.target},backend={backend}")
+    if case.source.startswith("trtllm-perf") and "max_num_seqs" not in case.target:
+        limits = trtllm_bench_limits(dep, case.isl, case.osl)
+        if limits is not None:
+            dep = parse_sim_target(f"sim:{case.target},backend={backend},max_num_seqs={limits[0]},"
+                                   f"max_num_batched_tokens={limits[1]}")
+    return dep
 
 
 def simulate(case: Case, dep: Deployment) -> float:

@@ -1,0 +1,48 @@
+"""benchmarks/fidelity_cases.py: the published rows run under the conditions they were measured in."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+
+import fidelity_cases as fc  # noqa: E402
+from servelab.sim.target import parse_sim_target  # noqa: E402
+
+
+def _dep(spec: str):
+    return parse_sim_target(f"sim:{spec},backend=roofline")
+
+
+def test_trtllm_bench_limits_dense_fp8_hand_worked():
+    # Llama-3.1-8B FP8, FP8 KV, 1 x H100 (80 GiB), 128 in / 2048 out:
+    # KV per token 2 x 32 layers x 8 heads x 128 x 1 B = 65,536 B; per request x 2,176 tokens
+    # = 0.1328 GiB; weights ~8.03e9 x 1 B = 7.48 GiB; (80 - 7.48) x 0.90 / 0.1328 = 491 requests
+    # -> batch rounded up to 128s: 512; tokens 491 x (1 + 128 / 2048) = 522 -> at least 2048.
+    dep = _dep("llama-3.1-8b@1xh100,dtype=fp8,kv_dtype=fp8,engine=trtllm")
+    assert fc.trtllm_bench_limits(dep, 128, 2048) == (512, 2048)
+    # 2048 in / 128 out: 2,176 tokens again, 491 requests; tokens 491 x 17 = 8,353
+    # -> rounded up to 1024s: 9216
+    assert fc.trtllm_bench_limits(dep, 2048, 128) == (512, 9216)
+
+
+def test_trtllm_bench_limits_mla_counts_config_heads():
+    # DeepSeek-R1 FP8, FP8 KV, 8 x H200 (141 GiB each), 1024 / 1024: the tool's KV estimate takes
+    # config.json's 128 KV heads x head size 7168 / 128 = 56 (not MLA's latent): 2 x 61 x 128 x 56 x 1 B
+    # = 874,496 B a token, 1.668 GiB a request; weights ~682e9 B with the MTP layer = 635 GiB;
+    # (1128 - 635) x 0.9 / 1.668 = 266 requests -> 384; tokens 532 -> 2048.
+    dep = _dep("deepseek-r1@8xh200,dtype=fp8,kv_dtype=fp8,ep=8,dp_attention=true,engine=trtllm")
+    assert fc.trtllm_bench_limits(dep, 1024, 1024) == (384, 2048)
+
+
+def test_trtllm_bench_limits_mxfp4_keeps_engine_defaults():
+    dep = _dep("gpt-oss-120b@1xh200,engine=trtllm")
+    assert fc.trtllm_bench_limits(dep, 1024, 1024) is None
+
+
+@pytest.mark.parametrize(("cid", "seqs", "tokens"), [("T-1", 512, 2048), ("N-6", 2048, 8192)])
+def test_perf_overview_rows_run_with_the_bench_limits(cid, seqs, tokens):
+    case = next(c for c in fc.load()[1] if c.id == cid)
+    dep = fc.deployment(case, "roofline")
+    assert (dep.max_num_seqs, dep.max_num_batched_tokens) == (seqs, tokens)
