@@ -305,7 +305,7 @@ def summarize_batches(
     reasons += runner_reasons(extra, max_lag, acc.n)
     reasons += interrupted_reasons(extra, config, requests, (ended_ns - started_ns) / 1e9)
     errors = acc.errors(requests)
-    more, load_check = verdict_reasons(acc.kept_columns(), config, mode, requests, errors)
+    more, load_check = verdict_reasons(acc.kept_columns(), config, mode, requests, errors, base)
     reasons += more
     summary = {
         "requests": requests,

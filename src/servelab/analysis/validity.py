@@ -156,8 +156,9 @@ def offered_vs_achieved(intended_ns: np.ndarray, end_ns: np.ndarray,
       ``[first send + L, last send]``; a server that batches everything and finishes late (a transient, not a
       queue) ends far fewer there. Used when that window is at least a quarter of the sending span.
 
-    ``fraction`` is the lower of the two; ``shortfall_significant`` says whether it is beyond the noise.
-    ``None`` with fewer than 20 completed requests.
+    ``fraction`` is the lower of the two and ``estimated_rps`` = offered x fraction the rate it implies: an
+    estimate, never what completed (:func:`verdict_reasons` adds ``achieved_rps``, the requests that
+    completed ok over the measured window, beside it). ``None`` with fewer than 20 completed requests.
     """
     keep = np.isfinite(intended_ns) & np.isfinite(end_ns)
     n = int(keep.sum())
@@ -190,7 +191,7 @@ def offered_vs_achieved(intended_ns: np.ndarray, end_ns: np.ndarray,
         [out["window_fraction"]] if out["window_fraction"] is not None else []
     )
     out["fraction"] = min(fractions)
-    out["achieved_rps"] = offered * out["fraction"]
+    out["estimated_rps"] = offered * out["fraction"]
     return out
 
 
@@ -211,13 +212,28 @@ def _rate(load: Mapping[str, Any]) -> str:
     return f"{sent:.3g} req/s"
 
 
-def achieved_reasons(mode: str, load: Mapping[str, Any] | None, min_fraction: float,
-                     throughput_rps: float | None = None) -> list[str]:
+def _estimate(load: Mapping[str, Any]) -> str:
+    """How the estimate behind ``fraction`` was made, named as an estimate (the lower of the two)."""
+    frac, est = load["fraction"], load["estimated_rps"]
+    if load["window_fraction"] is not None and load["window_fraction"] <= load["growth_fraction"]:
+        first = load["send_span_s"] - load["median_latency_s"]
+        return (f"of the {load['window_sent']} requests sent in the first {first:.3g} s, "
+                f"{load['window_done']} ended by {load['send_span_s']:.3g} s ({frac:.0%}; a window estimate "
+                f"of {est:.3g} req/s)")
+    return (f"latency grew {load['latency_growth']:.3g} s per second of sending, the growth of a server "
+            f"serving {frac:.0%} of the offered rate (a fitted {est:.3g} req/s)")
+
+
+def achieved_reasons(mode: str, load: Mapping[str, Any] | None, min_fraction: float) -> list[str]:
+    """Open loop: the server kept up with the offered rate, and the run sent long enough to tell. The
+    figures are named for what they are: ``achieved_rps`` the requests that completed ok over the measured
+    window (the throughput line's figure), ``estimated_rps`` the rate the verdict's estimate implies."""
     if mode != "open" or load is None:
         return []
+    achieved = load.get("achieved_rps")
     if load["fraction"] >= min_fraction or not _shortfall(load, min_fraction):
         if load["send_span_s"] < MIN_SPAN_OVER_LATENCY * load["median_latency_s"]:
-            seen = f"; the measured throughput is {throughput_rps:.3g} req/s" if throughput_rps else ""
+            seen = f"; the measured throughput is {achieved:.3g} req/s" if achieved else ""
             return [
                 f"open loop at {_rate(load)} sent for only {load['send_span_s']:.3g} s, less "
                 f"than {MIN_SPAN_OVER_LATENCY:g} x the median latency ({load['median_latency_s']:.3g} "
@@ -225,9 +241,14 @@ def achieved_reasons(mode: str, load: Mapping[str, Any] | None, min_fraction: fl
                 "the run is mostly ramp-up and drain, never a steady state (send more requests or for longer)"
             ]
         return []
-    return [f"offered {_rate(load)} but requests completed at {load['achieved_rps']:.3g} "
-            f"req/s ({load['fraction']:.0%} < validity.min_achieved_fraction {min_fraction:.0%}): the server "
-            "did not keep up, so latencies depend on how long the run lasted (lower the rate)"]
+    done = ""
+    if achieved is not None:
+        cut = f"; {load['cancelled']} cancelled" if load.get("cancelled") else ""
+        done = (f" but {load['completed']} requests completed in {load['window_s']:.3g} s "
+                f"({achieved:.3g} req/s{cut});")
+    return [f"offered {_rate(load)} over {load['send_span_s']:.3g} s{done or ':'} {_estimate(load)}, below "
+            f"validity.min_achieved_fraction {min_fraction:.0%}: the server did not keep up, so latencies "
+            "depend on how long the run lasted (lower the rate)"]
 
 
 def warnings_for(summary: Mapping[str, Any], extra: Mapping[str, Any]) -> list[str]:
@@ -248,8 +269,11 @@ def warnings_for(summary: Mapping[str, Any], extra: Mapping[str, Any]) -> list[s
 
 
 def verdict_reasons(cols: Any, config: Any, mode: str, requests: Mapping[str, Any],
-                    errors: Mapping[str, Any]) -> tuple[list[str], dict[str, Any] | None]:
-    """The outcome, steady-state and offered-vs-achieved rules for one run's columns and config."""
+                    errors: Mapping[str, Any], window_s: float | None = None,
+                    ) -> tuple[list[str], dict[str, Any] | None]:
+    """The outcome, steady-state and offered-vs-achieved rules for one run's columns and config.
+    ``window_s`` is the measured window the throughput figures are over (default: the first send to the
+    last end of the requests that were not cancelled)."""
     v = getattr(config, "validity", None)
     max_err = float(getattr(v, "max_error_rate", MAX_ERROR_RATE))
     min_frac = float(getattr(v, "min_achieved_fraction", MIN_ACHIEVED_FRACTION))
@@ -269,9 +293,11 @@ def verdict_reasons(cols: Any, config: Any, mode: str, requests: Mapping[str, An
             and getattr(getattr(config, "workload", None), "kind", "") != "replay"
         ):
             load_check["asked_rps"] = float(asked)
-        ends, starts = cols.t("end_ns")[keep], cols.t("intended_ns")[keep]
-        base_s = (np.nanmax(ends) - np.nanmin(starts)) / 1e9 if np.isfinite(ends).any() else 0.0
-        reasons += achieved_reasons(
-            mode, load_check, min_frac, requests["ok"] / base_s if base_s > 0 else None
-        )
+        if window_s is None:
+            ends, starts = cols.t("end_ns")[keep], cols.t("intended_ns")[keep]
+            window_s = (np.nanmax(ends) - np.nanmin(starts)) / 1e9 if np.isfinite(ends).any() else 0.0
+        if load_check is not None and window_s and window_s > 0:
+            load_check.update(completed=int(requests["ok"]), cancelled=int(requests["cancelled"]),
+                              window_s=float(window_s), achieved_rps=requests["ok"] / window_s)
+        reasons += achieved_reasons(mode, load_check, min_frac)
     return reasons, load_check

@@ -79,19 +79,23 @@ def test_fewer_requests_than_users_never_reach_steady_state():
 
 
 def test_open_loop_server_that_falls_behind_is_invalid_with_both_rates():
-    # 100 requests offered at exactly 60/s; the server finishes one every 1/23.5 s. The middle 80% of the
-    # sends spans 0.8 * 99 / 60 s and of the completions 0.8 * 99 / 23.5 s: offered 60, achieved 23.5, 39%.
+    # 100 requests offered at exactly 60/s (t = i / 60, span 99 / 60 = 1.65 s); the server finishes one every
+    # 1/23.5 s from 1 s on. Latency 1 + i (2/47 - 1/60) = 1 + t (120/47 - 1): slope 73/47 = 1.55, growth
+    # fraction 47/120 = 39%, a fitted 60 x 47/120 = 23.5 req/s. Completed: 100 ok from 0 to the last end,
+    # 1 + 99 x 2/47 = 245/47 = 5.21 s: 4700/245 = 19.2 req/s (the ramp of the first second included).
     recs = [ok(i, i * S // 60, S + i * S * 2 // 47) for i in range(100)]
     s = summarize(recs, load={"rate": 60})
     load = s["offered_vs_achieved"]
     assert load["offered_rps"] == pytest.approx(60, rel=1e-6)
-    assert load["achieved_rps"] == pytest.approx(23.5, rel=1e-6)
+    assert load["estimated_rps"] == pytest.approx(23.5, rel=1e-6)
+    assert load["achieved_rps"] == pytest.approx(4700 / 245, rel=1e-6)
     assert load["fraction"] == pytest.approx(23.5 / 60, rel=1e-6)
     assert s["valid"] is False
     assert s["invalid_reasons"] == [
-        "offered 60 req/s but requests completed at 23.5 req/s (39% < validity.min_achieved_fraction 90%): "
-        "the "
-        "server did not keep up, so latencies depend on how long the run lasted (lower the rate)"
+        "offered 60 req/s over 1.65 s but 100 requests completed in 5.21 s (19.2 req/s); latency grew 1.55 s "
+        "per second of sending, the growth of a server serving 39% of the offered rate (a fitted 23.5 "
+        "req/s), below validity.min_achieved_fraction 90%: the server did not keep up, so latencies depend "
+        "on how long the run lasted (lower the rate)"
     ]
     # Below a 35% floor the shortfall is accepted; the run is still only 1.65 s of sending against a median
     # latency of 2.3 s, which is its own reason.
@@ -163,7 +167,8 @@ def test_offered_rate_counts_every_scheduled_request_not_only_completed_ones():
     # 100 requests scheduled at 10/s (i x 100 ms, span 9.9 s); the even ones end 100 ms later, the odd ones
     # are never answered and cut (cancelled). Offered = 99 / 9.9 s = 10 req/s (before: the 50 completed ones,
     # 49 / 9.8 s = 5 req/s, and the run was called valid). Window: median latency 0.1 s; scheduled in
-    # [0, 9.8] s: 99; ended in [0.1, 9.9] s: 50 -> 50 / 99 = 50.5 %, achieved 10 x 50 / 99 = 5.05 req/s.
+    # [0, 9.8] s: 99; ended in [0.1, 9.9] s: 50 -> 50 / 99 = 50.5 %, estimated 10 x 50 / 99 = 5.05 req/s;
+    # completed: 50 ok from 0 to the last end, 9.9 s, 5.05 req/s too.
     recs = [ok(i, i * S // 10, i * S // 10 + S // 10) for i in range(0, 100, 2)]
     recs += [RequestRecord(request_id=i, status="cancelled", intended_ns=i * S // 10)
              for i in range(1, 100, 2)]
@@ -171,6 +176,37 @@ def test_offered_rate_counts_every_scheduled_request_not_only_completed_ones():
     load = s["offered_vs_achieved"]
     assert load["offered_rps"] == pytest.approx(10.0) and load["send_span_s"] == pytest.approx(9.9)
     assert load["window_sent"] == 99 and load["window_done"] == 50
-    assert load["achieved_rps"] == pytest.approx(10 * 50 / 99)
+    assert load["estimated_rps"] == pytest.approx(10 * 50 / 99)
+    assert load["achieved_rps"] == pytest.approx(50 / 9.9)
     assert s["valid"] is False
-    assert s["invalid_reasons"][0].startswith("offered 10 req/s but requests completed at 5.05 req/s (51% < ")
+    assert s["invalid_reasons"] == [
+        "offered 10 req/s over 9.9 s but 50 requests completed in 9.9 s (5.05 req/s; 50 cancelled); of the "
+        "99 requests sent in the first 9.8 s, 50 ended by 9.9 s (51%; a window estimate of 5.05 req/s), "
+        "below validity.min_achieved_fraction 90%: the server did not keep up, so latencies depend on how "
+        "long the run lasted (lower the rate)"]
+
+
+def test_open_loop_shortfall_names_the_completed_rate_and_the_fitted_one_apart():
+    # Issue 9 (sim llama-3.1-8b --rate 30, drain 2 s: 131 ok, 469 cancelled said "requests completed at
+    # 21 req/s", a latency-growth fit, while 131 / 23.2 s = 5.64 req/s completed). By hand: 100 requests
+    # scheduled at 10/s (i x 100 ms, span 9.9 s, offered 99 / 9.9 = 10 req/s); the first 20 end ok with
+    # latency 8 + 0.5 t (t = 0 .. 1.9 s), the other 80 are cut by the drain at 11.9 s. Completed: 20 ok from
+    # the first send (0) to the last end (11.9 s) = 1.68 req/s, the throughput line's figure. Fit: slope 0.5
+    # exactly (se 0), growth fraction 1 / 1.5 = 67%, a fitted 10 x 2/3 = 6.67 req/s. The window is not used:
+    # median latency 8.475 s leaves 9.9 - 8.475 = 1.425 s < a quarter of 9.9 s.
+    recs = [ok(i, i * S // 10, i * S // 10 + 8 * S + i * S // 20) for i in range(20)]
+    recs += [RequestRecord(request_id=i, status="cancelled", intended_ns=i * S // 10, end_ns=119 * S // 10)
+             for i in range(20, 100)]
+    s = summarize(recs, load={"rate": 10})
+    load = s["offered_vs_achieved"]
+    assert load["window_fraction"] is None
+    assert load["completed"] == 20 and load["window_s"] == pytest.approx(11.9)
+    assert load["achieved_rps"] == pytest.approx(20 / 11.9)
+    assert load["achieved_rps"] == pytest.approx(s["throughput"]["requests_per_s"])
+    assert load["fraction"] == pytest.approx(2 / 3) and load["estimated_rps"] == pytest.approx(20 / 3)
+    assert s["valid"] is False
+    assert s["invalid_reasons"] == [
+        "offered 10 req/s over 9.9 s but 20 requests completed in 11.9 s (1.68 req/s; 80 cancelled); "
+        "latency grew 0.5 s per second of sending, the growth of a server serving 67% of the offered rate "
+        "(a fitted 6.67 req/s), below validity.min_achieved_fraction 90%: the server did not keep up, so "
+        "latencies depend on how long the run lasted (lower the rate)"]
