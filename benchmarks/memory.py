@@ -13,7 +13,7 @@ running (load, journals -> Parquet merge, summary, evidence, rest), and the proc
           ``finish_run`` does (``merge_journals``, ``summarize_batches(iter_tables(...))``,
           ``run_evidence``). The load window is not in it (its memory is flat: see ``run``).
 
-    PYTHONPATH=src python benchmarks/memory.py [--run 10000,100000] [--finish 1000000]
+    PYTHONPATH=src python benchmarks/memory.py [--run 10000,100000] [--finish 1000000] [--finish-mode open]
 """
 
 from __future__ import annotations
@@ -138,14 +138,14 @@ from servelab.analysis.summary import summarize_batches
 from servelab.config import RunConfig, validate
 from servelab.records.merge import merge_journals
 from servelab.records.stream import iter_tables
-d = Path(sys.argv[1])
+d, mode = Path(sys.argv[1]), sys.argv[2]
 cfg = validate(RunConfig, {"target": {"url": "http://127.0.0.1:1/v1", "model": "m"},
                "load": {"concurrency": 64}, "telemetry": {"enabled": False}})
 _enter("merge")
 n_req, _ = merge_journals(d)
 _enter("summary")
 rp = d / "requests.parquet"
-s = summarize_batches(iter_tables(rp, TABLE_COLUMNS), cfg, started_ns=0, ended_ns=1)
+s = summarize_batches(iter_tables(rp, TABLE_COLUMNS), cfg, started_ns=0, ended_ns=1, mode=mode)
 _enter("evidence")
 run_evidence(iter_tables(rp, ("status", "warmup", "srv_queue_ns", "srv_preempted_ns")), s, {})
 _enter("rest")
@@ -193,15 +193,15 @@ def run_case(sizes: list[int], conc: int) -> None:
         server.join(timeout=10)
 
 
-def finish_case(sizes: list[int]) -> None:
+def finish_case(sizes: list[int], mode: str) -> None:
     print("\nfinish: journal -> Parquet merge + streamed summary + evidence of N synthetic 256-token "
-          "requests")
+          f"requests ({mode} loop)")
     print(f"{'requests':>9} {'peak MB':>8} {'wall s':>7} {'itl n':>12} {'sketched':>9}  "
           "phases (RSS MB at entry -> peak)")
     for n in sizes:
         with tempfile.TemporaryDirectory() as tmp:
             _py(_GEN, tmp, str(n))
-            s = _py(_FINISH, tmp)
+            s = _py(_FINISH, tmp, mode)
             print(f"{n:>9,} {s['peak_mb']:>8.0f} {s['wall_s']:>7.1f} {s['itl_n']:>12,} "
                   f"{str(s['sketched']):>9}  {_phases(s)}", flush=True)
 
@@ -210,10 +210,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run", default="10000,100000", help="whole-run sizes (requests); '' for none")
     ap.add_argument("--finish", default="", help="end-of-run-only sizes, e.g. 1000000")
+    ap.add_argument("--finish-mode", default="closed", choices=("closed", "open"),
+                    help="summarise the finish case as a closed or an open loop (open also keeps each "
+                    "request's intended send and end time for the offered-vs-achieved check)")
     ap.add_argument("--concurrency", type=int, default=64)
     args = ap.parse_args()
     if args.finish:
-        finish_case([int(x) for x in args.finish.split(",")])
+        finish_case([int(x) for x in args.finish.split(",")], args.finish_mode)
     if args.run:
         run_case([int(x) for x in args.run.split(",")], args.concurrency)
 
