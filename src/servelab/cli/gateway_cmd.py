@@ -159,21 +159,32 @@ def gateway_overhead(
     typer.echo(f"gateway comparison written to {out_dir}", err=True)
 
 
-def _fmt(v: float | None, digits: int = 1) -> str:
-    return "n/a" if v is None else f"{v:,.{digits}f}"
+def _fmt(v: float | None) -> str:
+    from servelab.report.words import sig
+
+    return "n/a" if v is None else sig(v)
+
+
+_WORDS = {"ttft": "time to first token", "itl": "inter-token latency", "e2e": "end-to-end latency"}
+
+
+def _figure(figure: str) -> str:
+    """'ttft p50' -> 'time to first token p50'."""
+    key, _, rest = figure.partition(" ")
+    return f"{_WORDS[key]} {rest}".strip() if key in _WORDS else figure
 
 
 def _print(result: dict[str, Any]) -> None:
     from rich.table import Table
 
     t = Table(title=f"gateway overhead: {result['targets']['via']} in front of {result['targets']['direct']} "
-                    f"({100 * result['confidence']:g}% bootstrap intervals)")
+                    f"({100 * result['confidence']:g}% bootstrap intervals)", title_justify="left")
     for col in ("figure", "direct", "via", "overhead", "interval", "overhead %", "interval %", "verdict"):
         t.add_column(col, justify="left" if col in ("figure", "verdict") else "right")
     for r in result["rows"]:
         unit = r["unit"]
-        t.add_row(f"{r['figure']} ({unit})", _fmt(r["direct"]), _fmt(r["via"]), _fmt(r["overhead"], 2),
-                  f"[{_fmt(r['overhead_lo'], 2)}, {_fmt(r['overhead_hi'], 2)}]", _fmt(r["overhead_pct"]),
+        t.add_row(f"{_figure(r['figure'])} ({unit})", _fmt(r["direct"]), _fmt(r["via"]), _fmt(r["overhead"]),
+                  f"[{_fmt(r['overhead_lo'])}, {_fmt(r['overhead_hi'])}]", _fmt(r["overhead_pct"]),
                   f"[{_fmt(r['pct_lo'])}, {_fmt(r['pct_hi'])}]", r["verdict"])
     from servelab.cli.present import wide_console
 
@@ -193,4 +204,4 @@ def _print(result: dict[str, Any]) -> None:
         )
     for r in result["rows"]:
         if r.get("note") and "drift" in r["note"]:
-            console.print(f"note: {r['figure']}: {r['note']}", highlight=False)
+            console.print(f"note: {_figure(r['figure'])}: {r['note']}", highlight=False)
