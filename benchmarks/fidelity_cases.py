@@ -43,6 +43,12 @@ class Case:
     metric: str
     published: float
     target: str
+    template_tokens: int = 0  # chat-template tokens the server prefills on top of isl (chat endpoint)
+
+    @property
+    def prompt_len(self) -> int:
+        """Tokens the engine prefills per request: the benchmark's ``isl`` plus the chat template's."""
+        return self.isl + self.template_tokens
 
     @property
     def what(self) -> str:
@@ -82,6 +88,7 @@ def load(path: Path = CASES) -> tuple[dict, list[Case]]:
                 metric=row["metric"],
                 published=float(row["published"]),
                 target=row["target"],
+                template_tokens=int(sources[row["source"]].get("chat_template_tokens", 0)),
             )
         )
     return sources, out
@@ -168,7 +175,7 @@ def simulate(case: Case, dep: Deployment) -> float:
     def request(i: int) -> SimRequest:
         return SimRequest(
             rid=i + 1,
-            prompt_ids=[(i * 131 + j) % 30011 + 1 for j in range(isl)],
+            prompt_ids=[(i * 131 + j) % 30011 + 1 for j in range(case.prompt_len)],
             max_tokens=osl,
             ignore_eos=True,
         )

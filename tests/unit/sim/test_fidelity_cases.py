@@ -46,3 +46,15 @@ def test_perf_overview_rows_run_with_the_bench_limits(cid, seqs, tokens):
     case = next(c for c in fc.load()[1] if c.id == cid)
     dep = fc.deployment(case, "roofline")
     assert (dep.max_num_seqs, dep.max_num_batched_tokens) == (seqs, tokens)
+
+
+def test_chat_endpoint_rows_prefill_the_chat_template_too():
+    # GPUStack's runs use vllm bench serve --backend openai-chat: the server prefills the prompt plus the
+    # model's chat template (gpt-oss: harmony system message + markers, 65), while the reported input tokens
+    # (isl) leave the template out. vLLM's offline batch-latency rows (AMD) send raw prompts.
+    cases = {c.id: c for c in fc.load()[1]}
+    assert (cases["V-1"].template_tokens, cases["V-1"].prompt_len) == (65, 128 + 65)
+    assert cases["V-5"].prompt_len == 128 + 4
+    assert cases["V-9"].prompt_len == 128 + 8
+    assert (cases["A-1"].template_tokens, cases["A-1"].prompt_len) == (0, 128)
+    assert cases["T-1"].prompt_len == 128
