@@ -107,7 +107,7 @@ class HttpTransport:
             raise TargetError(f"ModelRequest.api must be 'chat' or 'completions', got {req.api!r}")
         head = _wire.request_head("POST", path, self._stream_headers if stream else self._json_headers,
                                   len(body))
-        payload = head + body
+        payload = (head, body)  # written as two buffers: the body is never copied
         opts = self.options
         now = self._now
         for attempt in (0, 1):
@@ -121,7 +121,7 @@ class HttpTransport:
             ex = ModelExchange(rec, now, conn, stream, opts.total_s, self._idle_s, self._max_bytes)
             conn.exchange = ex
             rec.sent_ns = now()
-            conn.write(payload)
+            conn.writelines(payload)
             ex.arm(opts.first_token_s)
             try:
                 await ex.fut

@@ -256,3 +256,50 @@ def test_whole_json_answer_to_a_streamed_request_waits_for_the_total_timeout_onl
 
     rec = clock.run(main)
     assert rec.status == "ok" and rec.end_ns == 3_000 * MS and rec.output_text == "slow"
+
+
+class _SendConn(FakeConn):
+    """A pooled connection that takes the request as written and answers it at once."""
+
+    reused = 0
+
+    def __init__(self, answer: bytes) -> None:
+        super().__init__()
+        self.answer = answer
+        self.writes: list[tuple[bytes, ...]] = []
+
+    def writelines(self, parts: tuple[bytes, ...]) -> None:
+        self.writes.append(tuple(parts))
+        asyncio.get_running_loop().call_soon(self.exchange.data, self.answer, 1)
+
+    def close(self) -> None:
+        pass
+
+
+def test_send_writes_head_and_body_as_separate_buffers():
+    """A long prompt's body is handed to the socket as built: not copied behind the request head."""
+    from servelab.clock import WallClock
+    from servelab.transport.base import ModelRequest
+    from servelab.transport.http import HttpOptions, HttpTransport
+
+    conn = _SendConn(SSE_HEAD + _chunked(_tok("a"), _tok("b", "stop"), USAGE, b"data: [DONE]\n\n"))
+
+    class Pool:
+        async def acquire(self) -> _SendConn:
+            return conn
+
+        async def aclose(self) -> None:
+            pass
+
+    async def main() -> RequestRecord:
+        t = HttpTransport(HttpOptions(url="http://127.0.0.1:9/v1", model="m"), WallClock(), concurrency=1)
+        t._pool = Pool()  # type: ignore[assignment]
+        return await t.send(ModelRequest(request_id=1, messages=[{"role": "user", "content": "x " * 50_000}],
+                                         max_tokens=2))
+
+    rec = asyncio.run(main())
+    assert rec.status == "ok" and rec.completion_tokens == 2
+    [(head, body)] = conn.writes
+    assert head.startswith(b"POST /v1/chat/completions HTTP/1.1\r\n") and head.endswith(b"\r\n\r\n")
+    assert b"Content-Length: %d\r\n" % len(body) in head
+    assert orjson.loads(body)["messages"] == [{"role": "user", "content": "x " * 50_000}]
