@@ -119,6 +119,14 @@ def test_a_killed_worker_is_recorded_and_the_run_finishes(server, tmp_path):
     rows = _rows(result)
     dead = [e for e, w in zip(rows["error"], rows["worker"], strict=True) if w == 1 and e and "worker 1" in e]
     assert r["cancelled"] == len(dead) >= 1  # what worker 1 had in flight when it was killed
+    # ... at a time on the run's clock (when worker 1 was last heard from), not 0: that stretched the
+    # measured window to the monotonic clock's age (37,901 s, 0.0011 req/s) before
+    first = min(t for t in rows["sent_ns"] if t is not None)
+    last = max(t for t in rows["end_ns"] if t is not None)
+    lost = [t for t, e in zip(rows["intended_ns"], rows["error"], strict=True) if e and "worker 1" in e]
+    assert all(first <= t <= last for t in lost)
+    # closed loop: the window runs from the first send to the last end
+    assert result.summary["throughput"]["duration_s"] == pytest.approx((last - first) / 1e9)
     assert sum(1 for w in rows["worker"] if w == 0) == 40  # the other shard finished its share
     assert not result.summary["valid"]
     assert any("worker 1" in x and "failed" in x for x in result.summary["invalid_reasons"])

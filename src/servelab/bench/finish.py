@@ -23,13 +23,14 @@ from servelab.bench.workloads import SUMMARIES
 from servelab.config.models import RunConfig
 from servelab.load.runner import RunOutcome
 from servelab.records.hygiene import retire_journals
-from servelab.records.journal import Journal, shard_name
+from servelab.records.journal import REQUESTS_JOURNAL, SESSIONS_JOURNAL, Journal, read_journal, shard_name
 from servelab.records.manifest import redact, utc_now_iso
-from servelab.records.merge import issued_indices, merge_journals, recorded_ids
+from servelab.records.merge import issued_indices, merge_journals
 from servelab.records.rundir import write_json
-from servelab.records.schema import CANCELLED, RequestRecord, SessionRecord
+from servelab.records.schema import CANCELLED, SessionRecord
 from servelab.records.stream import iter_tables, read_columns
 from servelab.records.telemetry import write_telemetry
+from servelab.transport.base import lost_record
 
 _EVIDENCE_COLUMNS = ("status", "warmup", "srv_queue_ns", "srv_preempted_ns")
 
@@ -68,9 +69,28 @@ def _land_remote_journals(spec: RunSpec, shards: list[ShardOutcome]) -> None:
         s.journals = None
 
 
-def _record_dead_shard(spec: RunSpec, s: ShardOutcome) -> int:
+def _heard_from(spec: RunSpec, shard: int, name: str, key: str, times: tuple[str, ...]
+                ) -> tuple[set[int], int | None]:
+    """The ``key`` ids (request_id or session_id) shard ``shard`` journaled in ``name``, and the latest of
+    their ``times``: when that shard was last heard from, on its own clock like its records."""
+    ids: set[int] = set()
+    last: int | None = None
+    for r in read_journal(spec.run_dir / shard_name(name, shard)):
+        if not isinstance(r, dict) or not isinstance(r.get(key), int):
+            continue
+        ids.add(r[key])
+        seen = [t for t in (r.get(c) for c in times) if isinstance(t, int)]
+        if seen:
+            last = max(seen) if last is None else max(last, *seen)
+    return ids, last
+
+
+def _record_dead_shard(spec: RunSpec, s: ShardOutcome, started_ns: int | None = None) -> int:
     """A shard that died (killed, crashed) never recorded what it had in flight: record each job it had
-    started but not finished as cancelled, so counts still add up. Returns how many were recorded."""
+    started but not finished as cancelled, so counts still add up. Their time is when the shard was last
+    heard from (its latest journaled time; ``started_ns``, the live shards' start, when it journaled
+    nothing): a time on the run's clock, never 0, which made the measured window the clock's whole age.
+    Returns how many were recorded."""
     cfg = spec.config
     started = issued_indices(spec.run_dir, s.shard)
     if not started or cfg.workload.kind == "replay":  # type: ignore[union-attr]
@@ -79,16 +99,20 @@ def _record_dead_shard(spec: RunSpec, s: ShardOutcome) -> int:
     n = 0
     with Journal(spec.run_dir, s.shard) as j:
         if cfg.is_agent:
-            done = recorded_ids(spec.run_dir, s.shard, "sessions.journal.jsonl", "session_id")
+            done, last = _heard_from(spec, s.shard, SESSIONS_JOURNAL, "session_id", ("start_ns", "end_ns"))
+            t = last if last is not None else started_ns or 0
             for i in started:
                 if i not in done:
-                    j.write_session(SessionRecord(session_id=i, worker=s.shard, status=CANCELLED, error=why))
+                    j.write_session(SessionRecord(session_id=i, worker=s.shard, status=CANCELLED, start_ns=t,
+                                                  error=why))
                     n += 1
         else:
-            done = recorded_ids(spec.run_dir, s.shard, "requests.journal.jsonl", "request_id")
+            done, last = _heard_from(spec, s.shard, REQUESTS_JOURNAL, "request_id",
+                                     ("intended_ns", "sent_ns", "end_ns"))
+            t = last if last is not None else started_ns or 0
             for i in started:
                 if i not in done:
-                    j.write_request(RequestRecord(request_id=i, worker=s.shard, status=CANCELLED, error=why))
+                    j.write_request(lost_record(i, s.shard, t, why))
                     n += 1
     return n
 
@@ -144,7 +168,8 @@ def finish_run(spec: RunSpec, shards: list[ShardOutcome], manifest: dict[str, An
     """Merge, summarise and write the run from its shards' outcomes (some may have failed)."""
     cfg, run_dir = spec.config, spec.run_dir
     _land_remote_journals(spec, shards)
-    dead = {s.shard: _record_dead_shard(spec, s) for s in shards if s.outcome is None}
+    live_start = min((s.outcome.started_ns for s in shards if s.outcome is not None), default=None)
+    dead = {s.shard: _record_dead_shard(spec, s, live_start) for s in shards if s.outcome is None}
     n_req, n_ses = merge_journals(run_dir, _shifts(spec, shards, coord_mono_minus_wall))
     outcome = merge_outcomes([s.outcome for s in shards if s.outcome is not None])
     outcome.cancelled_in_flight += sum(dead.values())

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from servelab.records.schema import CLIENT_ERROR, RequestRecord
+from servelab.records.schema import CANCELLED, CLIENT_ERROR, RequestRecord
 
 
 @dataclass(slots=True)
@@ -66,6 +66,15 @@ def client_error_record(request_id: int, intended_ns: int, warmup: bool, end_ns:
     return RequestRecord(request_id=request_id, session_id=session_id, warmup=warmup, status=CLIENT_ERROR,
                          intended_ns=intended_ns, end_ns=end_ns,
                          error=f"client error: {type(exc).__name__}: {exc}"[:500])
+
+
+def lost_record(request_id: int, worker: int, last_seen_ns: int, error: str) -> RequestRecord:
+    """The record of an attempt whose worker died with it in flight (killed, crashed): counted cancelled,
+    nothing measured. Only its id, its worker and when that worker was last heard from are known: that time
+    is its intended send (on the run's clock, like every other record's; never 0), and its send, end and
+    lengths stay unknown rather than made up."""
+    return RequestRecord(request_id=request_id, worker=worker, status=CANCELLED, intended_ns=last_seen_ns,
+                         error=error)
 
 
 class Transport(Protocol):

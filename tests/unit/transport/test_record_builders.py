@@ -1,10 +1,11 @@
 """Records are built in one place (transport.base): a request's record before it is sent, one the client
-ended (cancelled, cut by a session timeout), and one for a job that raised in the client."""
+ended (cancelled, cut by a session timeout), one for a job that raised in the client, and one a dead worker
+had in flight."""
 
 import inspect
 
 from servelab.records.schema import CANCELLED, CLIENT_ERROR, TIMEOUT
-from servelab.transport.base import ModelRequest, client_error_record, ended_record
+from servelab.transport.base import ModelRequest, client_error_record, ended_record, lost_record
 
 
 def _req() -> ModelRequest:
@@ -29,9 +30,16 @@ def test_a_client_error_record_names_the_exception_within_500_characters():
     assert len(client_error_record(0, 0, False, 0, RuntimeError("x" * 900)).error) == 500
 
 
+def test_a_lost_record_knows_its_id_worker_and_when_its_worker_was_last_heard_from():
+    r = lost_record(5, 1, 15_000, "worker 1 (h) died with this in flight: exit -9")
+    assert (r.request_id, r.worker, r.status, r.intended_ns) == (5, 1, CANCELLED, 15_000)
+    assert (r.sent_ns, r.end_ns, r.requested_output_tokens, r.est_prompt_tokens) == (None, None, None, None)
+    assert r.error == "worker 1 (h) died with this in flight: exit -9"
+
+
 def test_no_executor_builds_a_record_field_by_field():
-    from servelab.bench import job_errors, mix, single
+    from servelab.bench import finish, job_errors, mix, single
     from servelab.load import replay, session
 
-    for mod in (session, replay, single, job_errors, mix):
+    for mod in (session, replay, single, job_errors, mix, finish):
         assert "RequestRecord(" not in inspect.getsource(mod), mod.__name__
