@@ -78,14 +78,16 @@ def sweep_groups(state: Mapping[str, Any]) -> list[Group]:
 
 
 def knee_sentence(
-    knee: Mapping[str, Any] | None, axis: str, label: str = "", reason: str | None = None
+    knee: Mapping[str, Any] | None, axis: str, label: str = "", reason: str | None = None, *, why: bool = True
 ) -> str:
+    """The knee in words; ``why=False`` leaves the detector's reasons out (the knee table shows them)."""
     lead = f"{label}: the" if label else "The"
     if knee and knee.get("level") is not None:
         rng = (f" (between {knee['low']:g} and {knee['high']:g})" if knee.get("low") is not None
                and knee.get("high") is not None else "")
+        because = f" ({knee.get('reason', '')})" if why and knee.get("reason") else ""
         return (f"{lead} knee is at {axis} {knee['level']:g}{rng}, confidence {knee.get('confidence')}: "
-                f"past it, more load buys little throughput ({knee.get('reason', '')}).")
+                f"past it, more load buys little throughput{because}.")
     if knee and knee.get("beyond"):
         where = f"{label}: no" if label else "No"
         return (
@@ -125,7 +127,7 @@ def sweep_verdict(
                                state.get("knee_reason"))]
     else:
         words = [f"{len(groups)} groups of points, one knee each."]
-        words += [knee_sentence(g.knee, axis, g.label, state.get("knee_reason")) for g in groups]
+        words += [knee_sentence(g.knee, axis, g.label, state.get("knee_reason"), why=False) for g in groups]
     tps = [(t, p) for p in pts if (t := _tput(p)) is not None and p.get("level") is not None]
     if tps:
         best, bp = max(tps, key=lambda t: t[0])
@@ -135,7 +137,8 @@ def sweep_verdict(
         words.append(f"SLO{f' ({label})' if label else ''}: {res['reason']}.")
     if (s := scaling_sentence(state.get("scaling"))) is not None:
         words.append(s)
-    words.append(f"{len(pts)} point(s) measured" + (f", {n_failed} failed." if n_failed else "."))
+    words.append(f"{len(pts)} point{'' if len(pts) == 1 else 's'} measured"
+                 + (f", {n_failed} failed." if n_failed else "."))
     return " ".join(words)
 
 

@@ -64,3 +64,21 @@ def test_the_report_scaling_rows_have_three_significant_figures(tmp_path):
             digits = re.sub(r"[^0-9]", "", cell).lstrip("0")
             digits = digits if "." in cell else digits.rstrip("0")
             assert len(digits) <= 3, cell
+
+
+def test_the_verdict_of_a_grouped_sweep_leaves_each_knee_reason_to_the_table(tmp_path):
+    # the first screen of the README's max_num_seqs sweep: each group's detector reasons ('Kneedle on log2
+    # load; throughput elasticity 0.81 into it...') filled the verdict box, and the knee table under the plot
+    # repeats them in its reason column
+    from servelab.report.html import load_sweep
+    from servelab.report.html_sweep import sweep_verdict
+    from tests.unit.report.fake_runs import write_grouped_sweep
+
+    groups = {"a": ({"max_num_seqs": 4}, 4, 1), "b": ({"max_num_seqs": 8}, 8, 1)}
+    d = write_grouped_sweep(tmp_path / "s", groups)
+    state = load_sweep(d).state
+    reasons = [k["knee"]["reason"] for k in state["knees"] if (k.get("knee") or {}).get("reason")]
+    assert reasons
+    text = sweep_verdict(state)
+    assert not any(r in text for r in reasons), text
+    assert "the knee is at concurrency 4" in text and "points measured." in text and "point(s)" not in text
