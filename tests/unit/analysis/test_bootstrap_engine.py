@@ -43,20 +43,30 @@ def _recs(n: int, fail_every: int) -> list[RequestRecord]:
 
 
 def test_every_interval_goes_through_the_one_engine(monkeypatch):
+    # percentiles: stats._bootstrap_distribution (ranked counting within max_n, _replicates beyond it);
+    # means (the failure rate): stats._replicates
     calls: list[tuple[str, int]] = []
-    real = stats._replicates
+    real_dist, real_reps = stats._bootstrap_distribution, stats._replicates
 
-    def spy(a, stat, width, *args):
+    def dist_spy(a, percentiles, *args):
+        calls.append(("percentiles", len(percentiles)))
+        return real_dist(a, percentiles, *args)
+
+    def reps_spy(a, stat, width, *args):
         calls.append((stat.__name__, width))
-        return real(a, stat, width, *args)
+        return real_reps(a, stat, width, *args)
 
-    monkeypatch.setattr(stats, "_replicates", spy)
+    monkeypatch.setattr(stats, "_bootstrap_distribution", dist_spy)
+    monkeypatch.setattr(stats, "_replicates", reps_spy)
     bootstrap_ci(np.arange(50.0), (50, 99))
-    assert calls == [("<lambda>", 2)]  # two percentiles at once
+    assert calls == [("percentiles", 2)]  # two percentiles at once, within max_n: no _replicates
+    calls.clear()
+    bootstrap_ci(np.arange(50.0), (50, 99), max_n=20)
+    assert calls == [("percentiles", 2), ("<lambda>", 2)]  # beyond max_n: m-out-of-n through _replicates
     calls.clear()
     rows = {r["figure"]: r for r in compare_figures(_recs(60, 10), _recs(60, 4), resamples=100)}
     assert calls.count(("means", 1)) == 2  # the failure rate: one mean per run
-    assert calls.count(("<lambda>", 1)) == 2 * 4 * 3  # A and B x 4 latency metrics x p50/p95/p99
+    assert calls.count(("percentiles", 1)) == 2 * 4 * 3  # A and B x 4 latency metrics x p50/p95/p99
     fr = rows["failure rate"]
     assert fr["a"] == pytest.approx(6 / 60) and fr["b"] == pytest.approx(15 / 60)
     direct = bootstrap_mean_diff_ci(np.r_[[1.0] * 6, [0.0] * 54], np.r_[[1.0] * 15, [0.0] * 45])
