@@ -26,6 +26,11 @@ class LiveStats:
     first_start_ns: int | None = None
     last_end_ns: int | None = None
     ttft_ms: LogHistogram = field(default_factory=LogHistogram)
+    sessions: int = 0  # agent sessions (tasks) finished, any outcome
+
+    def session_done(self, _s: object) -> None:
+        """Called once per finished session record (an agent run's progress is in sessions)."""
+        self.sessions += 1
 
     def update(self, r: RequestRecord) -> None:
         if r.warmup:
@@ -55,6 +60,7 @@ class LiveStats:
         self.cancelled += other.cancelled
         self.warmup += other.warmup
         self.output_tokens += other.output_tokens
+        self.sessions += other.sessions
         starts = [t for t in (self.first_start_ns, other.first_start_ns) if t is not None]
         ends = [t for t in (self.last_end_ns, other.last_end_ns) if t is not None]
         self.first_start_ns = min(starts) if starts else None
@@ -77,6 +83,7 @@ class LiveStats:
             "output_tokens": self.output_tokens,
             "first_start_ns": self.first_start_ns,
             "last_end_ns": self.last_end_ns,
+            "sessions": self.sessions,
             "ttft_ms": {
                 "buckets": nz.tolist(),
                 "counts": h.counts[nz].tolist(),
@@ -91,6 +98,7 @@ class LiveStats:
     def from_snapshot(cls, snap: dict[str, Any]) -> LiveStats:
         out = cls(snap["mode"], snap["done"], snap["ok"], snap["errors"], snap["cancelled"], snap["warmup"],
                   snap["output_tokens"], snap["first_start_ns"], snap["last_end_ns"])
+        out.sessions = int(snap.get("sessions", 0))
         h, t = out.ttft_ms, snap["ttft_ms"]
         h.counts[np.asarray(t["buckets"], dtype=np.int64)] = np.asarray(t["counts"], dtype=np.int64)
         h.n, h.total = t["n"], t["total"]

@@ -67,7 +67,8 @@ def drive_shard(spec: RunSpec, shard: int, control: ShardControl | None = None) 
     live = control.live if control.live is not None else LiveStats(cfg.load.mode)
     jdir = _journal_dir(spec)
     journal = Journal(jdir, shard)
-    sink = RecordSink(journal, on_request=live.update, worker=shard, workers=workers)
+    sink = RecordSink(journal, on_request=live.update, on_session=live.session_done, worker=shard,
+                      workers=workers)
     res = ShardOutcome(shard=shard, host=socket.gethostname(),
                        journal_dir=None if jdir == spec.run_dir else str(jdir))
 

@@ -182,20 +182,21 @@ def _progress_display(enabled: bool, live: LiveStats, cfg: RunConfig):
         return
     from servelab.report.progress import progress_display
 
-    requests, duration_s, label = progress_extent(cfg)
-    with progress_display(live, requests=requests, duration_s=duration_s, label=label):
+    requests, sessions, duration_s, label = progress_extent(cfg)
+    with progress_display(live, requests=requests, sessions=sessions, duration_s=duration_s, label=label):
         yield
 
 
-def progress_extent(cfg: RunConfig) -> tuple[int | None, float | None, str]:
-    """(requests, duration in seconds, label) that end the run, for the progress bar's percent and time
-    left: the limits, and for a replay the requests of the trace (a replay ends when its trace does)."""
+def progress_extent(cfg: RunConfig) -> tuple[int | None, int | None, float | None, str]:
+    """(requests, sessions, duration in seconds, label) that end the run, for the progress bar's percent
+    and time left: the limits (an agent run's in sessions), and for a replay the requests of the trace (a
+    replay ends when its trace does). A mix ends with its first class's sessions: no count to show."""
     lim = cfg.limits
     if cfg.workload.kind == "replay":
         from servelab.bench.replay import replay_request_count
 
         n = replay_request_count(cfg)
-        return (n if lim.requests is None else min(n, lim.requests)), lim.duration_s, "replay"
+        return (n if lim.requests is None else min(n, lim.requests)), None, lim.duration_s, "replay"
     if cfg.is_agent:
-        return None, lim.duration_s, "agent run"
-    return lim.requests, lim.duration_s, "run"
+        return None, (None if cfg.mix else lim.sessions), lim.duration_s, "agent run"
+    return lim.requests, None, lim.duration_s, "run"

@@ -11,15 +11,17 @@ from servelab.records.schema import RequestRecord, SessionRecord
 
 class RecordSink:
     """The records of one run shard (``worker`` of ``workers``): each is stamped with its shard, journaled,
-    and passed to ``on_request`` (the live statistics)."""
+    and passed to ``on_request`` / ``on_session`` (the live statistics)."""
 
     def __init__(self, journal: Journal, on_request: Callable[[RequestRecord], None] | None = None, *,
-                 worker: int = 0, workers: int = 1) -> None:
+                 worker: int = 0, workers: int = 1,
+                 on_session: Callable[[SessionRecord], None] | None = None) -> None:
         self.journal = journal
         self.worker, self.workers = worker, workers
         self.requests_written = 0
         self.sessions_written = 0
         self._on_request = on_request
+        self._on_session = on_session
 
     def request(self, r: RequestRecord) -> None:
         r.worker = self.worker
@@ -32,3 +34,5 @@ class RecordSink:
         s.worker = self.worker
         self.journal.write_session(s)
         self.sessions_written += 1
+        if self._on_session is not None:
+            self._on_session(s)

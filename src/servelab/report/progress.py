@@ -1,6 +1,6 @@
 """The live progress display of a run (and a replay): a bar with percent, elapsed and remaining time when
-the run's end is known (a request count or a duration), else a spinner with elapsed time; beside it the
-live figures (done, errors, req/s, tok/s, TTFT p50). Drawn on stderr, only on a terminal.
+the run's end is known (a request or session count, or a duration), else a spinner with elapsed time;
+beside it the live figures (done, errors, req/s, tok/s, TTFT p50). Drawn on stderr, only on a terminal.
 """
 
 from __future__ import annotations
@@ -26,12 +26,15 @@ from servelab.analysis.live import LiveStats
 from servelab.report.terminal import progress_line
 
 
-def fraction_done(live: LiveStats, *, requests: int | None, duration_s: float | None) -> float | None:
-    """How far the run is, 0..1, by requests finished or by time on the run's clock (whichever is further);
-    None when neither end is known."""
+def fraction_done(live: LiveStats, *, requests: int | None, duration_s: float | None,
+                  sessions: int | None = None) -> float | None:
+    """How far the run is, 0..1, by requests (or, for agents, sessions) finished or by time on the run's
+    clock (whichever is further); None when no end is known."""
     parts = []
     if requests:
         parts.append((live.done + live.warmup) / requests)
+    if sessions:
+        parts.append(live.sessions / sessions)
     if duration_s and live.elapsed_s is not None:
         parts.append(live.elapsed_s / duration_s)
     return min(1.0, max(parts)) if parts else None
@@ -39,12 +42,13 @@ def fraction_done(live: LiveStats, *, requests: int | None, duration_s: float | 
 
 @contextlib.contextmanager
 def progress_display(live: LiveStats, *, requests: int | None, duration_s: float | None,
-                     label: str = "run", console: Console | None = None) -> Iterator[None]:
+                     label: str = "run", console: Console | None = None,
+                     sessions: int | None = None) -> Iterator[None]:
     con = console or Console(stderr=True)
     if not con.is_terminal:
         yield
         return
-    known = bool(requests or duration_s)
+    known = bool(requests or duration_s or sessions)
     cols = [SpinnerColumn(), TextColumn("{task.description}")]
     if known:
         cols += [BarColumn(bar_width=28), TaskProgressColumn(), TextColumn("elapsed"), TimeElapsedColumn(),
@@ -59,7 +63,7 @@ def progress_display(live: LiveStats, *, requests: int | None, duration_s: float
 
         def tick() -> None:
             while not stop.wait(0.25):
-                f = fraction_done(live, requests=requests, duration_s=duration_s)
+                f = fraction_done(live, requests=requests, duration_s=duration_s, sessions=sessions)
                 bar.update(task, completed=None if f is None else int(f * 1000))
                 figures.plain = "  " + progress_line(live)
 

@@ -254,7 +254,12 @@ def test_the_progress_bar_of_a_replay_knows_its_end():
     # the trace's request count (200 in the mooncake slice; 50 with max_requests 50)
     from servelab.bench.run import progress_extent
 
-    assert progress_extent(_cfg(DATA / "mooncake_head.jsonl", "mooncake")) == (200, None, "replay")
+    assert progress_extent(_cfg(DATA / "mooncake_head.jsonl", "mooncake")) == (200, None, None, "replay")
     head50 = _cfg(DATA / "mooncake_head.jsonl", "mooncake", max_requests=50)
-    assert progress_extent(head50) == (50, None, "replay")
-    assert progress_extent(RunConfig.model_validate({"telemetry": {"enabled": False}})) == (200, None, "run")
+    assert progress_extent(head50) == (50, None, None, "replay")
+    plain = RunConfig.model_validate({"telemetry": {"enabled": False}})
+    assert progress_extent(plain) == (200, None, None, "run")
+    # an agent run ends after its sessions (--sessions 16 --max-sessions 16: 16 of them)
+    agent = RunConfig.model_validate({"workload": {"kind": "agent", "profile": "coding-agent"},
+                                      "load": {"concurrency": 16}, "limits": {"sessions": 16}})
+    assert progress_extent(agent) == (None, 16, None, "agent run")

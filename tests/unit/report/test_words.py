@@ -75,3 +75,15 @@ def test_progress_by_requests_or_by_time_on_the_run_clock():
     assert fraction_done(live, requests=None, duration_s=None) is None
     live.done = 10_000
     assert fraction_done(live, requests=200, duration_s=None) == 1.0
+
+
+def test_agent_progress_by_sessions_finished():
+    live = LiveStats()
+    live.done = 500  # requests: no measure of an agent run's end
+    for _ in range(4):
+        live.session_done(None)
+    assert fraction_done(live, requests=None, duration_s=None, sessions=16) == 0.25
+    # sessions survive a worker's report-and-reset and the coordinator's merge
+    total = LiveStats()
+    total.merge(LiveStats.from_snapshot(live.take()))
+    assert total.sessions == 4 and live.sessions == 0
