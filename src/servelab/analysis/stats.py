@@ -24,6 +24,7 @@ DEFAULT_RESAMPLES = 1000
 DEFAULT_MAX_N = 5000
 DEFAULT_CONFIDENCE = 0.95
 _CHUNK_ELEMENTS = 1 << 20  # values held per resampling chunk (8 MiB of float64)
+_RANKED_MAX_RATIO = 8  # count resamples per rank while the sample is at most 8x the resample size
 
 
 def pct_key(p: float) -> str:
@@ -81,46 +82,48 @@ def _bootstrap_distribution(
 ) -> tuple[np.ndarray, float]:
     """Bootstrap replicates of each percentile, shape ``(resamples, len(percentiles))``, and the
     spread scale (``sqrt(m / n)``; 1 when the whole sample is resampled)."""
-    if 0 < a.size <= max_n:
-        return _ranked_percentile_replicates(a, percentiles, resamples, rng), 1.0
+    m = min(a.size, max_n)
+    if 0 < a.size <= _RANKED_MAX_RATIO * m:
+        return _ranked_percentile_replicates(a, percentiles, resamples, m, rng), math.sqrt(m / a.size)
     return _replicates(a, lambda x: np.percentile(x, percentiles, axis=1).T, len(percentiles), resamples,
                        max_n, rng)
 
 
-def _ranked_percentile_replicates(a: np.ndarray, percentiles: Sequence[float], resamples: int,
+def _ranked_percentile_replicates(a: np.ndarray, percentiles: Sequence[float], resamples: int, m: int,
                                   rng: np.random.Generator) -> np.ndarray:
-    """What ``_replicates`` with ``np.percentile`` gives when the whole sample is resampled (same draws,
-    same chunks, equal to the last bit), about 2.5x faster: a resample is counted per rank of the sorted
+    """What ``_replicates`` with ``np.percentile`` gives for resamples of size ``m`` (same draws, same
+    chunks, equal to the last bit), about 2.5x faster: a resample is counted per rank of the sorted
     sample (``bincount``), and each percentile's two neighbouring order statistics are found in the
-    running counts, then interpolated as numpy's "linear" method does. No partition of each resample."""
+    running counts, then interpolated as numpy's "linear" method does. No partition of each resample.
+    Counting costs ``n`` per resample as well as ``m``: used while ``n <= _RANKED_MAX_RATIO * m``."""
     n = a.size
     order = np.argsort(a, kind="stable")
     ranked = a[order]
     rank = np.empty(n, dtype=np.intp)
     rank[order] = np.arange(n)
     q = np.true_divide(np.asarray(percentiles, dtype=np.float64), 100)
-    virtual = (n - 1) * q  # numpy's "linear" (Hyndman & Fan type 7) index into the sorted resample
+    virtual = (m - 1) * q  # numpy's "linear" (Hyndman & Fan type 7) index into the sorted resample
     below = np.floor(virtual)
     gamma = virtual - below
     lo = below.astype(np.intp)
-    hi = np.where(virtual >= n - 1, n - 1, lo + 1)
-    lo = np.where(virtual >= n - 1, n - 1, lo)
+    hi = np.where(virtual >= m - 1, m - 1, lo + 1)
+    lo = np.where(virtual >= m - 1, m - 1, lo)
     wanted = np.unique(np.concatenate([lo, hi]))
-    rows = max(1, _CHUNK_ELEMENTS // n)
+    rows = max(1, _CHUNK_ELEMENTS // m)
     reps = np.empty((resamples, len(q)), dtype=np.float64)
     done = 0
     while done < resamples:
         k = min(rows, resamples - done)
-        idx = rng.integers(0, n, size=(k, n))  # the same draws as _replicates (m = n)
+        idx = rng.integers(0, n, size=(k, m))  # the same draws as _replicates
         row = np.arange(k, dtype=np.intp)
         ranks = rank[idx]
         ranks += (row * n)[:, None]
         counts = np.bincount(ranks.ravel(), minlength=k * n).reshape(k, n)
         cum = np.cumsum(counts, axis=1)
-        cum += (row * (n + 1))[:, None]  # rows made one increasing sequence for one searchsorted
+        cum += (row * (m + 1))[:, None]  # rows made one increasing sequence for one searchsorted
         flat = cum.ravel()
         # order statistic j (from 0) of a row: the first rank whose running count exceeds j
-        stat = {int(j): ranked[np.searchsorted(flat, j + 1 + row * (n + 1)) - row * n] for j in wanted}
+        stat = {int(j): ranked[np.searchsorted(flat, j + 1 + row * (m + 1)) - row * n] for j in wanted}
         x0 = np.stack([stat[int(j)] for j in lo], axis=1)
         x1 = np.stack([stat[int(j)] for j in hi], axis=1)
         diff = x1 - x0

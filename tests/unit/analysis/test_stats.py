@@ -106,11 +106,12 @@ def test_ranked_bootstrap_equals_resampling_with_np_percentile_to_the_bit():
     from servelab.analysis.stats import _bootstrap_distribution, _replicates
 
     data = np.random.default_rng(5)
-    for n in (2, 3, 11, 400, 1500):  # 1,500: several chunks of resamples
+    # 1,500: several chunks of resamples; max_n 600 < n: m-out-of-n resamples, counted over n ranks
+    for n, max_n in ((2, 5000), (3, 5000), (11, 5000), (400, 5000), (1500, 5000), (1500, 600), (3000, 400)):
         for sample in (data.exponential(size=n), data.integers(0, 4, size=n).astype(float)):
             for pcts in ([50.0, 95.0, 99.0], [0.0, 37.5, 99.9, 100.0]):
-                got, scale = _bootstrap_distribution(sample, pcts, 700, 5000, np.random.default_rng(9))
+                got, scale = _bootstrap_distribution(sample, pcts, 700, max_n, np.random.default_rng(9))
                 want, want_scale = _replicates(sample, lambda x, p=pcts: np.percentile(x, p, axis=1).T,
-                                               len(pcts), 700, 5000, np.random.default_rng(9))
-                assert scale == want_scale == 1.0
+                                               len(pcts), 700, max_n, np.random.default_rng(9))
+                assert scale == want_scale == math.sqrt(min(n, max_n) / n)
                 assert np.array_equal(got, want)
