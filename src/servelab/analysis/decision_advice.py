@@ -27,6 +27,14 @@ def _levels_word(rows: Sequence[Mapping[str, Any]]) -> str:
     return "sessions" if any(r.get("tasks_per_hour") is not None for r in rows) else "level"
 
 
+def _at(levels: str, word: str) -> str:
+    """'16' -> 'level 16' ('32-64' -> 'levels 32-64'); with sessions, '16 sessions'."""
+    if word != "level":
+        return f"{levels} {word}"
+    many = "-" in levels or "," in levels
+    return f"level{'s' if many else ''} {levels}"
+
+
 def _pick(cands: list[Mapping[str, Any]], col: str, cost: str) -> Mapping[str, Any] | None:
     if not cands:
         return None
@@ -61,13 +69,13 @@ def _choice(table: Mapping[str, Any], word: str) -> tuple[dict[str, Any], dict[f
     for i, (t, lo, hi) in enumerate(rng):
         name = t or "no target healthy"
         if len(rng) == 1:
-            parts.append(f"{name} at every level measured ({lo:g}-{hi:g} {word})")
+            parts.append(f"{name} at every level measured ({_at(f'{lo:g}-{hi:g}', word)})")
         elif i == 0:
-            parts.append(f"{name} up to ~{hi:g} {word}")
+            parts.append(f"{name} up to {_at(f'~{hi:g}', word)}")
         elif i == len(rng) - 1:
-            parts.append(f"{name} beyond ({lo:g}{'' if lo == hi else f'-{hi:g}'} {word})")
+            parts.append(f"{name} beyond ({_at(f'{lo:g}' + ('' if lo == hi else f'-{hi:g}'), word)})")
         else:
-            parts.append(f"{name} from {lo:g} to {hi:g} {word}")
+            parts.append(f"{name} from {_at(f'{lo:g}', word)} to {hi:g}")
     basis = "lowest $ per successful task" if any(r.get(cost) is not None for r in rows) else \
         f"highest {col.replace('_', ' ')}"
     text = f"Choice by {basis} among healthy targets: " + "; ".join(parts) + "."
@@ -84,7 +92,8 @@ def _collapses(rows: Sequence[Mapping[str, Any]], word: str) -> list[dict[str, A
             if r.get("timeouts") and r.get("started"):
                 extra = f" ({r['timeouts']} of {r['started']} tasks timed out)"
             out.append({"kind": "collapse", "levels": [b["level"] for b in bad],
-                        "text": f"{t} collapses from {r['level']:g} {word}: {r['collapse_reason']}{extra}."})
+                        "text": f"{t} collapses from {_at(format(r['level'], 'g'), word)}: "
+                                f"{r['collapse_reason']}{extra}."})
     return out
 
 
@@ -112,7 +121,7 @@ def _latency(table: Mapping[str, Any], chosen: Mapping[float, Mapping[str, Any]]
                 "kind": "latency",
                 "levels": [x[0] for x in items],
                 "text": f"{t} only when task p95 matters more than cost: lower {key.replace('_', ' ')} at "
-                f"{lvls} {word} (at {lv:g}: {_v(fast[key])} {unit} vs {_v(c[key])} {unit} for "
+                f"{_at(lvls, word)} (at {lv:g}: {_v(fast[key])} {unit} vs {_v(c[key])} {unit} for "
                 f"{c['target']}{price}).",
             }
         )
@@ -124,9 +133,9 @@ def _crossovers(table: Mapping[str, Any], word: str) -> list[dict[str, Any]]:
     for x in table["crossovers"]:
         def w(v: float | None, at: list[float]) -> str:
             if v is not None:
-                return f"from {v:g} {word}"
+                return f"from {_at(f'{v:g}', word)}"
             if at:
-                return f"at {', '.join(f'{lv:g}' for lv in at)} {word} only, not for good"
+                return f"at {_at(', '.join(f'{lv:g}' for lv in at), word)} only, not for good"
             return "at no level measured"
 
         out.append(
@@ -157,7 +166,7 @@ def _other_models(
         wins = [lv for lv, c in chosen.items() if c["target"] == t["target"]]
         if wins:
             text = (f"The {t['model']} option ({t['target']}, {t['gpus']} GPUs) is the choice at "
-                    f"{', '.join(f'{v:g}' for v in wins)} {word}.")
+                    f"{_at(', '.join(f'{v:g}' for v in wins), word)}.")
         else:
             text = f"The {t['model']} option ({t['target']}) is the choice at no level measured."
         out.append({"kind": "other_model", "levels": wins, "text": text})
