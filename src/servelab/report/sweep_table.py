@@ -135,7 +135,8 @@ def render_decision(decision: dict[str, Any], console: Console) -> None:
         t.add_row(*[row[i] for i in keep])
     console.print(t)
     for a in decision.get("advice", []):
-        console.print(f"advice ({a['kind']}): {a['text']}", highlight=False, markup=False)
+        kind = "" if a["text"].lower().startswith(a["kind"]) else f" ({a['kind']})"  # not "(choice): Choice"
+        console.print(f"advice{kind}: {a['text']}", highlight=False, markup=False)
 
 
 def decision_csv(decision: dict[str, Any]) -> str:

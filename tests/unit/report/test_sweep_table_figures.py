@@ -82,3 +82,13 @@ def test_the_verdict_of_a_grouped_sweep_leaves_each_knee_reason_to_the_table(tmp
     text = sweep_verdict(state)
     assert not any(r in text for r in reasons), text
     assert "the knee is at concurrency 4" in text and "points measured." in text and "point(s)" not in text
+
+
+def test_advice_lines_do_not_repeat_their_kind():
+    d = {"goal": {"throughput": "output_tokens_per_s", "cost": "usd_per_task"}, "rows": [_row()],
+         "advice": [{"kind": "choice",
+                     "text": "Choice by highest output tokens per s among healthy targets: x."},
+                    {"kind": "collapse", "text": "x collapses from level 64: y."}]}
+    lines = [ln.rstrip() for ln in _text(render_decision, d).splitlines() if ln.startswith("advice")]
+    assert lines == ["advice: Choice by highest output tokens per s among healthy targets: x.",
+                     "advice (collapse): x collapses from level 64: y."]
