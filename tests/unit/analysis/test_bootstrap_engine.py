@@ -61,7 +61,7 @@ def test_every_interval_goes_through_the_one_engine(monkeypatch):
     bootstrap_ci(np.arange(50.0), (50, 99))
     assert calls == [("percentiles", 2)]  # two percentiles at once, within max_n: no _replicates
     calls.clear()
-    bootstrap_ci(np.arange(50.0), (50, 99), max_n=20)
+    bootstrap_ci(np.arange(50.0), (50, 99), max_n=5)  # 50 > 8 x 5: past the counted path
     assert calls == [("percentiles", 2), ("<lambda>", 2)]  # beyond max_n: m-out-of-n through _replicates
     calls.clear()
     rows = {r["figure"]: r for r in compare_figures(_recs(60, 10), _recs(60, 4), resamples=100)}
