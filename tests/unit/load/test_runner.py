@@ -89,3 +89,29 @@ def test_interrupt_cancels_in_flight_and_stops_issuing():
     assert seen == ["cancelled"] * 3
     assert out.cancelled_in_flight == 3
     assert out.issued == 3
+
+
+def test_closed_loop_user_sends_the_next_job_in_the_same_loop_turn():
+    """A user's next job starts as its last one ends, before anything else the loop has queued runs (a
+    spawned task and a woken waiter cost two turns each of a busy loop, ~10 ms a request under load)."""
+    clock = VirtualClock()
+    ended: set[int] = set()
+    previous_end_seen: list[bool] = []
+
+    async def job(i: int, intended: int, warm: bool) -> None:
+        previous_end_seen.append(i - 1 in ended)  # has a callback queued at the end of job i-1 run yet?
+        await clock.sleep(1.0)
+        asyncio.get_running_loop().call_soon(ended.add, i)
+
+    async def main():
+        return await Runner(clock, RunPlan(concurrency=1, max_jobs=3)).run(job)
+
+    out = clock.run(main)
+    assert out.issued == out.completed == 3 and out.stopped_by == "limit"
+    assert previous_end_seen == [False, False, False]
+
+
+def test_closed_loop_think_time_stops_at_the_deadline():
+    out, log = _run(RunPlan(concurrency=1, duration_s=2.5, think_time_s=10.0), lambda i: 1.0)
+    assert [x[1] for x in log] == ["ok"] and out.issued == 1 and out.stopped_by == "duration"
+    assert out.ended_ns == int(2.5 * NS_PER_S)  # the think pause is cut at the deadline, nothing in flight
