@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from servelab.records.schema import STATUS_WORDS
+
 # Defaults of the ``validity`` config section (servelab.config.validity); kept here so analysis stays pure.
 MAX_ERROR_RATE = 0.05
 MIN_ACHIEVED_FRACTION = 0.9
@@ -121,7 +123,7 @@ def outcome_reasons(
 
 
 def _failure_detail(requests: Mapping[str, Any], errors: Mapping[str, Any]) -> str:
-    parts = [f"{k} {v}" for k, v in requests["failed"].items() if v]
+    parts = [f"{STATUS_WORDS.get(k, k)} {v}" for k, v in requests["failed"].items() if v]
     codes = errors.get("by_http_status") or {}
     if codes:
         parts.append("HTTP " + ", ".join(f"{c} x{n}" for c, n in codes.items()))

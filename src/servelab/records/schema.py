@@ -47,6 +47,16 @@ CANCELLED = Status.CANCELLED
 CLIENT_ERROR = Status.CLIENT_ERROR
 STATUSES = (OK, HTTP_ERROR, TIMEOUT, DISCONNECTED, MALFORMED, CLIENT_ERROR, CANCELLED)
 FAILED_STATUSES = (HTTP_ERROR, TIMEOUT, DISCONNECTED, MALFORMED, CLIENT_ERROR)
+# What a person calls each way a request can fail: the one table (the report's Errors table, the console's
+# errors line and the INVALID reasons all read it; report.words.NAMES includes it).
+STATUS_WORDS: dict[str, str] = {
+    HTTP_ERROR: "HTTP error",
+    TIMEOUT: "timed out",
+    DISCONNECTED: "connection lost",
+    MALFORMED: "malformed response",
+    CANCELLED: "cancelled",
+    CLIENT_ERROR: "client error",
+}
 
 
 @dataclass(slots=True)

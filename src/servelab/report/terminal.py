@@ -13,6 +13,7 @@ from rich.text import Text
 
 from servelab.analysis.live import LiveStats
 from servelab.report.words import duration_ms
+from servelab.report.words import name as key_name
 
 _METRIC_LABELS = {
     "ttft_ms": "TTFT",
@@ -112,7 +113,7 @@ def _overview(summary: Mapping[str, Any]) -> Table:
         )
     by_status = err.get("by_status", {})
     if n_failed:
-        detail = ", ".join(f"{k} {v}" for k, v in by_status.items() if v)
+        detail = ", ".join(f"{key_name(k)} {v}" for k, v in by_status.items() if v)
         codes = ", ".join(f"HTTP {k}: {v}" for k, v in err.get("by_http_status", {}).items())
         rows.append(
             ("errors", f"rate {fmt_pct(err.get('rate'))}: {detail}" + (f" ({codes})" if codes else ""))

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from servelab.records.engines import display_name
+from servelab.records.schema import STATUS_WORDS
 from servelab.records.summary import dig as _get
 
 # summary keys -> what a person calls them (the unit is shown beside, never in the key)
@@ -37,12 +38,7 @@ NAMES: dict[str, str] = {
     "total_tokens_per_s": "total tokens",
     "goodput_requests_per_s": "goodput (requests meeting the SLO)",
     "duration_s": "measured window",
-    "http_error": "HTTP error",
-    "timeout": "timed out",
-    "disconnected": "connection lost",
-    "malformed": "malformed response",
-    "cancelled": "cancelled",
-    "client_error": "client error",
+    **STATUS_WORDS,  # http_error -> "HTTP error", ... (records.schema keeps the one table)
     "per_successful_task": "per successful task",
     "per_million_output_tokens": "per million output tokens",
     "kv_cache_usage": "KV cache usage",

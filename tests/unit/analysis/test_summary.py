@@ -106,9 +106,9 @@ def test_counts_add_up_and_errors_by_status():
     assert s["errors"]["top"] == [["overloaded", 2]]
     # 3 of 4 attempts failed (the cancelled one is not an attempt): far over the 5% error-rate limit.
     assert s["valid"] is False
-    assert s["invalid_reasons"][0].startswith("error rate 75.0% (3 of 4 attempts failed: http_error 2; "
-                                              "disconnected 1; HTTP 503 x2; first error: overloaded) exceeds "
-                                              "validity.max_error_rate 5.0%")
+    assert s["invalid_reasons"][0].startswith("error rate 75.0% (3 of 4 attempts failed: HTTP error 2; "
+                                              "connection lost 1; HTTP 503 x2; first error: overloaded) "
+                                              "exceeds validity.max_error_rate 5.0%")
 
 
 def test_unknown_status_breaks_the_count_and_is_flagged():

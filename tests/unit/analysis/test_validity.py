@@ -41,7 +41,7 @@ def test_a_run_where_every_request_failed_is_invalid():
     s = closed(0, 50)
     assert s["valid"] is False
     assert s["invalid_reasons"] == [
-        "no request succeeded: all 50 attempts failed (http_error 50; HTTP 404 x50; "
+        "no request succeeded: all 50 attempts failed (HTTP error 50; HTTP 404 x50; "
         "first error: model 'nope' does not exist)"
     ]
 
@@ -50,7 +50,7 @@ def test_error_rate_threshold_is_five_percent_by_default_and_configurable():
     assert closed(19, 1)["valid"] is True  # 1 / 20 = 5.0%: not above 5%
     s = closed(18, 2)  # 2 / 20 = 10%
     assert s["valid"] is False
-    assert s["invalid_reasons"][0].startswith("error rate 10.0% (2 of 20 attempts failed: http_error 2; ")
+    assert s["invalid_reasons"][0].startswith("error rate 10.0% (2 of 20 attempts failed: HTTP error 2; ")
     assert "exceeds validity.max_error_rate 5.0%" in s["invalid_reasons"][0]
     assert closed(18, 2, validity={"max_error_rate": 0.1})["valid"] is True
 
@@ -210,3 +210,14 @@ def test_open_loop_shortfall_names_the_completed_rate_and_the_fitted_one_apart()
         "latency grew 0.5 s per second of sending, the growth of a server serving 67% of the offered rate "
         "(a fitted 6.67 req/s), below validity.min_achieved_fraction 90%: the server did not keep up, so "
         "latencies depend on how long the run lasted (lower the rate)"]
+
+
+def test_invalid_reasons_name_every_failed_status_in_words():
+    # one of each failure, 0 ok: the reason lists them as the Errors table does, never as raw status keys
+    recs = [RequestRecord(request_id=i, status=st, intended_ns=i * MS, sent_ns=i * MS, end_ns=i * MS + MS)
+            for i, st in enumerate(["timeout", "disconnected", "malformed", "client_error"])]
+    (reason,) = summarize(recs, load={"concurrency": 1})["invalid_reasons"]
+    assert reason.startswith("no request succeeded: all 4 attempts failed (timed out 1; connection lost 1; "
+                             "malformed response 1; client error 1")
+    for key in ("timeout 1", "disconnected", "malformed 1", "client_error"):
+        assert key not in reason

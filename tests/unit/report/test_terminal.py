@@ -61,7 +61,7 @@ def test_render_contains_the_figures():
     assert "p99.9" in text
     assert f"{fmt(s['throughput']['requests_per_s'])} req/s" in text
     assert "source: usage" in text
-    assert "http_error 1" in text and "HTTP 429: 1" in text
+    assert "HTTP error 1" in text and "HTTP 429: 1" in text and "http_error" not in text
     assert "[bold]rate limited[/bold]" in text  # user text is printed, not interpreted as markup
     assert "ttft_ms <= 25" in text and "FAIL" in text
     assert "goodput" in text and "6 requests" in text  # TTFT 20..25 ms meet the 25 ms SLO
