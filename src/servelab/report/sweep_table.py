@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
 from servelab.records.summary import dig as _get
-from servelab.report.words import pct, sig
-
-
-def _num(v: Any, fmt: str = "{:,.1f}") -> str:
-    return "-" if v is None else fmt.format(v)
+from servelab.report.words import count, pct, sig
 
 
 def knee_words(knee: dict[str, Any] | None, reason: str | None) -> str:
@@ -97,21 +94,30 @@ DECISION_HEAD = ["target", "GPUs", "level", "out tok/s", "tasks/h", "task p50 s"
                  "TTFT p95 ms", "timeouts", "success", "$/task", "scaling eff.", "note"]
 
 
-def decision_rows(decision: dict[str, Any]) -> list[list[str]]:
-    """One row per target x level, as text (the same cells for the terminal, the HTML and the CSV)."""
+def decision_values(decision: dict[str, Any]) -> list[list[Any]]:
+    """One row per target x level, the figures as measured (None where not measured): decision.csv's rows,
+    full precision, rates as fractions."""
     col, cost = decision["goal"]["throughput"], decision["goal"]["cost"]
     rows = []
     for r in decision.get("rows", []):
         tp = r.get(col) if col == "tasks_per_hour" else None
-        eff = r.get("scaling_efficiency")
         note = "collapsed" if r.get("collapsed") else ("" if r.get("healthy") else "unhealthy")  # why: advice
-        rows.append([str(r["target"]), _num(r.get("gpus"), "{:,.0f}"), f"{r['level']:g}",
-                     _num(r.get("output_tokens_per_s"), "{:,.0f}"), _num(tp, "{:,.0f}"),
-                     _num(r.get("task_p50_s"), "{:,.1f}"), _num(r.get("task_p95_s"), "{:,.1f}"),
-                     _num(r.get("ttft_p50_ms"), "{:,.0f}"), _num(r.get("ttft_p95_ms"), "{:,.0f}"),
-                     _num(r.get("timeouts"), "{:,.0f}"), _num(r.get("success_rate"), "{:.1%}"),
-                     _num(r.get(cost), "{:,.4f}"), _num(eff, "{:.0%}"), note])
+        rows.append([str(r["target"]), r.get("gpus"), r["level"], r.get("output_tokens_per_s"), tp,
+                     r.get("task_p50_s"), r.get("task_p95_s"), r.get("ttft_p50_ms"), r.get("ttft_p95_ms"),
+                     r.get("timeouts"), r.get("success_rate"), r.get(cost), r.get("scaling_efficiency"),
+                     note])
     return rows
+
+
+# how people read each column of DECISION_HEAD: figures to three significant figures (as the sweep table),
+# counts whole, rates as percent; the level as it was asked for
+_HUMAN: list[Callable[[Any], str]] = [str, count, lambda v: f"{v:g}", sig, sig, sig, sig, sig, sig, count,
+                                      pct, sig, pct, str]
+
+
+def decision_rows(decision: dict[str, Any]) -> list[list[str]]:
+    """One row per target x level, as text (the same cells for the terminal and the HTML)."""
+    return [[f(v) for f, v in zip(_HUMAN, row, strict=True)] for row in decision_values(decision)]
 
 
 def render_decision(decision: dict[str, Any], console: Console) -> None:
@@ -140,13 +146,15 @@ def render_decision(decision: dict[str, Any], console: Console) -> None:
 
 
 def decision_csv(decision: dict[str, Any]) -> str:
+    """decision.csv: DECISION_HEAD, then :func:`decision_values` (full precision, rates as fractions, empty
+    where not measured), for a spreadsheet or pandas rather than a person."""
     import csv
     import io
 
     buf = io.StringIO()
     w = csv.writer(buf)
     w.writerow(DECISION_HEAD)
-    w.writerows(decision_rows(decision))
+    w.writerows([["" if v is None else v for v in row] for row in decision_values(decision)])
     return buf.getvalue()
 
 
