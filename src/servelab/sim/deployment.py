@@ -346,7 +346,10 @@ def _plan_memory(d: Deployment) -> Memory:
     kvb = DTYPE_BYTES[d.kv_dtype]
     stage_layers = m.layers / d.pp
     values = d.kv_values_per_rank
-    sliding_layers = m.n_sliding_layers / d.pp
+    # An engine without window-sized pages (TensorRT-LLM unless the KV config sets max_attention_window)
+    # caches sliding-window layers for the whole sequence, like full ones.
+    pools = d.profile.window_kv_pools if d.profile else True
+    sliding_layers = m.n_sliding_layers / d.pp if pools else 0.0
     per_token = (stage_layers - sliding_layers) * values * kvb
     # Sliding-window layers keep at most one window per running sequence. Engines allocate those pages from
     # the same pool on demand (vLLM's hybrid KV manager), not for max_num_seqs up front: we set windows aside

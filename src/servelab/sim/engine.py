@@ -129,7 +129,9 @@ class Engine:
                     chunked_prefill=dep.chunked_prefill, spec_tokens=dep.spec_tokens,
                     spec_acceptance=dep.spec_acceptance, seed=_mix(seed, 1000 * i + j),
                     on_finish=functools.partial(self._finished, r),
-                    on_prefilled=self._handoff if role == "prefill" else None)
+                    on_prefilled=self._handoff if role == "prefill" else None,
+                    reserve_full=bool(dep.profile and dep.profile.reserve_full),
+                    max_model_len=dep.max_model_len)
                 self.replicas.append(r)
         self.entry = [r for r in self.replicas if r.role != "decode"]
         self.decode_pool = [r for r in self.replicas if r.role == "decode"]

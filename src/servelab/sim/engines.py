@@ -42,6 +42,12 @@ class EngineProfile:
     api_ms: float
     api_sigma: float
     source: str
+    # Sliding-window layers get their own window-sized KV pages (vLLM's hybrid KV manager, SGLang's SWA pool);
+    # False: every layer's cache is allocated for the whole sequence (the window only masks attention).
+    window_kv_pools: bool = True
+    # Admission reserves KV for the whole request (prompt + max_tokens) and never preempts (TensorRT-LLM's
+    # GUARANTEED_NO_EVICT); False: blocks on demand, preempt when they run out.
+    reserve_full: bool = False
 
     def batch_defaults(self, hbm_gb: float) -> tuple[int, int]:
         """(max_num_seqs, max_num_batched_tokens) this engine picks on a GPU with ``hbm_gb`` of memory."""

@@ -30,7 +30,7 @@ class Seq:
 
     __slots__ = ("req", "prompt", "plen", "target", "reason", "hashes", "held", "blocks", "computed", "out",
                  "state", "off", "dtok0", "out0", "ver", "times", "t_sched", "t_preempt", "remote_kv",
-                 "comm0", "comm_ns", "reg_upto", "admit_fail")
+                 "comm0", "comm_ns", "reg_upto", "admit_fail", "reserve")
 
     def __init__(self, req: SimRequest, target: int, reason: str) -> None:
         self.req = req
@@ -56,6 +56,7 @@ class Seq:
         self.comm_ns = 0
         self.reg_upto = 0  # prompt blocks already offered to the prefix cache
         self.admit_fail: tuple[int, int] | None = None  # (KV release epoch, blocks) of a failed admission
+        self.reserve = 0  # blocks set aside for the whole request while running (reserve_full)
 
     @property
     def known(self) -> int:
@@ -94,6 +95,8 @@ class Scheduler:
         seed: int = 0,
         on_finish: Callable[[Seq, int], None] | None = None,
         on_prefilled: Callable[[Seq, int], bool] | None = None,
+        reserve_full: bool = False,
+        max_model_len: int = 0,
     ) -> None:
         self.kv = kv
         self.bs = kv.block_size
@@ -105,6 +108,13 @@ class Scheduler:
         self.rng = random.Random(seed)
         self.on_finish = on_finish
         self.on_prefilled = on_prefilled  # returns True when it takes the sequence (disaggregation)
+        # reserve_full: admit a request only when the blocks of its whole length (prompt + max_tokens) fit
+        # beside the reservations of the running ones, so nothing is ever preempted (TensorRT-LLM's default
+        # capacity policy, GUARANTEED_NO_EVICT); otherwise blocks are taken as tokens arrive and the newest
+        # running request is preempted when they run out (vLLM, SGLang).
+        self.reserve_full = reserve_full
+        self.max_model_len = max_model_len
+        self.reserved = 0
         self.waiting: deque[Seq] = deque()
         self.running: dict[Seq, None] = {}  # admission order
         self.n_decoding = 0
@@ -170,10 +180,24 @@ class Scheduler:
         s.held = []
         s.blocks = 0
 
+    def _reservation(self, s: Seq) -> int:
+        """Blocks of ``s``'s whole length: the prompt and every token it may generate (0: no reservation)."""
+        if not self.reserve_full:
+            return 0
+        n = s.plen + max(s.req.max_tokens, s.target)
+        if self.max_model_len:
+            n = min(n, max(self.max_model_len, s.plen + s.target))
+        return -(-n // self.bs)
+
+    def _unreserve(self, s: Seq) -> None:
+        self.reserved -= s.reserve
+        s.reserve = 0
+
     def _preempt(self, s: Seq, now: int) -> None:
         if s.state == DECODE:
             self._leave(s, self.dtok)
         del self.running[s]
+        self._unreserve(s)
         self._release(s)
         s.computed = 0
         s.state = WAITING
@@ -239,10 +263,15 @@ class Scheduler:
         kv, bs = self.kv, self.bs
         while self.waiting and len(self.running) < self.max_num_seqs:
             s = self.waiting[0]
+            need = self._reservation(s)
+            if need and self.reserved + need > kv.capacity:
+                break  # its whole length does not fit beside the running requests' reservations
             if s.remote_kv:  # disaggregated: KV computed elsewhere, needs blocks only
                 nb = -(-s.computed // bs)
                 if not kv.allocate(nb):
                     break
+                self.reserved += need
+                s.reserve = need
                 self.waiting.popleft()
                 s.blocks, s.remote_kv = nb, False
                 self.running[s] = None
@@ -274,6 +303,8 @@ class Scheduler:
             if not kv.allocate(extra):
                 raise AssertionError("allocation failed after the room check")
             s.admit_fail = None
+            self.reserved += need
+            s.reserve = need
             self.waiting.popleft()
             kv.queries += s.known
             kv.hits += hit * bs
@@ -342,6 +373,7 @@ class Scheduler:
                 self._finish(s, now)
             elif self.on_prefilled is not None:  # disaggregated: the KV leaves for a decode pool
                 del self.running[s]
+                self._unreserve(s)
                 self._release(s)
                 self.on_prefilled(s, now)
             else:
@@ -350,6 +382,7 @@ class Scheduler:
     def _finish(self, s: Seq, now: int) -> None:
         s.state = DONE
         self.running.pop(s, None)
+        self._unreserve(s)
         if self.on_finish is not None:
             self.on_finish(s, now)  # may register output blocks before release
         self._release(s)

@@ -66,3 +66,16 @@ def test_unknown_engine_lists_the_known_ones():
     with pytest.raises(TargetError, match="trtllm"):
         parse_sim_target("sim:llama-3.1-8b@1xh100,engine=tgi")
     assert parse_sim_target("sim:llama-3.1-8b@1xh100,engine=vllm:0.10.2").profile.version == "0.10.2"
+
+
+def test_sliding_window_layers_cache_the_whole_sequence_on_trtllm():
+    # gpt-oss-120b: 36 layers, every other one a 128-token window; 8 KV heads x 64, BF16 KV:
+    # 2 (K, V) x 8 x 64 x 2 B = 2,048 B per token and layer. vLLM and SGLang page the 18 window layers
+    # separately (a window per sequence), so a token costs the 18 full layers: 36,864 B. TensorRT-LLM's
+    # KV manager, without kv_cache_config.max_attention_window, sizes every layer for the whole sequence:
+    # 36 x 2,048 = 73,728 B, and no per-sequence window reserve.
+    for eng in ("vllm", "sglang"):
+        mem = parse_sim_target(f"sim:gpt-oss-120b@1xh200,engine={eng}").memory
+        assert mem.kv_bytes_per_token == 36_864 and mem.sliding_reserve > 0
+    mem = parse_sim_target("sim:gpt-oss-120b@1xh200,engine=trtllm").memory
+    assert mem.kv_bytes_per_token == 73_728 and mem.sliding_reserve == 0

@@ -127,3 +127,25 @@ def test_max_num_seqs_caps_running():
         s.add(x)
     step(s, 0)
     assert len(s.running) == 2 and len(s.waiting) == 2
+
+
+def test_reserve_full_admits_only_what_fits_to_the_end_and_never_preempts():
+    # 10 blocks of 4 tokens; requests of 8 prompt + 8 output tokens need 4 blocks each by the end.
+    # Reserving the whole length (TensorRT-LLM's GUARANTEED_NO_EVICT) admits floor(10 / 4) = 2 of 3;
+    # on demand (vLLM) all 3 start (2 prompt blocks each) and one is preempted when decode blocks run out.
+    def run(reserve: bool) -> tuple[int, int]:
+        s = make(blocks=10, max_num_batched_tokens=100, reserve_full=reserve)
+        for i in range(3):
+            s.add(seq(i + 1, list(range(10 * i, 10 * i + 8)), 8))
+        most = 0
+        for t in range(0, 400, 10):
+            step(s, t)
+            most = max(most, len(s.running))
+            if not s.has_work():
+                break
+        assert not s.has_work() and s.reserved == 0
+        return most, s.preemptions
+
+    assert run(True) == (2, 0)
+    most, preemptions = run(False)
+    assert most == 3 and preemptions >= 1
