@@ -2,10 +2,10 @@
 
 Input: one :class:`PointData` per finished sweep point (target x load level). Output, per target x level:
 throughput, tasks/h over a COMMON steady-state window, task p50/p95, TTFT p50/p95, timeouts, success rate,
-$/successful task priced at THAT target's GPU count; scaling efficiency against the smallest topology of
-the same model at the SAME level (only when that model's targets differ in GPU count); the crossover
-level at which a larger topology starts to win on tasks/h and on $/task; and advice whose every threshold
-is a level read off the table.
+$/successful task priced at THAT target's GPU count (a plain sweep, without tasks: $/request and $/1M
+output tokens); scaling efficiency against the smallest topology of the same model at the SAME level
+(only when that model's targets differ in GPU count); the crossover level at which a larger topology starts
+to win on tasks/h and on $/task; and advice whose every threshold is a level read off the table.
 
 Steady-state window: every point is measured over the same span of its own run, ``[w0, w1]`` seconds after
 the run start, with ``w1`` the shortest load window of the sweep (the configured duration, or the shortest
@@ -91,6 +91,8 @@ def _row(p: PointData, win: tuple[float, float] | None, gpu_hour_usd: float | No
             row["usd_per_task"] = gpu_hour_usd * p.gpus * hours / n if n else None
     elif gpu_hour_usd is not None and p.gpus and row.get("requests_per_s"):
         row["usd_per_request"] = gpu_hour_usd * p.gpus / 3600.0 / row["requests_per_s"]
+        if tok := row.get("output_tokens_per_s"):  # what serving prices are quoted in
+            row["usd_per_1m_output_tokens"] = gpu_hour_usd * p.gpus / 3600.0 / tok * 1e6
     return row
 
 

@@ -90,50 +90,69 @@ def render_sweep(state: dict[str, Any], console: Console) -> None:
 
 # -- the decision table (issue 10) ---------------------------------------------------------------------
 
+# the cost columns: $/task (an agent sweep: per successful task in the window) and, in a plain sweep where
+# there are no tasks, $/request (what the advice's choice ranks on) and $/1M out tok (what serving prices
+# are quoted in); each holds only what its head says, empty otherwise
 DECISION_HEAD = ["target", "GPUs", "level", "out tok/s", "tasks/h", "task p50 s", "task p95 s", "TTFT p50 ms",
-                 "TTFT p95 ms", "timeouts", "success", "$/task", "scaling eff.", "note"]
+                 "TTFT p95 ms", "timeouts", "success", "$/task", "$/request", "$/1M out tok", "scaling eff.",
+                 "note"]
+# the terminal, `show` and the report leave $/request out: 0.0000541 reads worse than its $/1M out tok
+_HIDDEN = ("$/request",)
+
+
+def _per_1m_output_tokens(decision: dict[str, Any], r: dict[str, Any]) -> float | None:
+    """$/1M output tokens of a plain-sweep row (from the price when an older sweep.json lacks the key)."""
+    if r.get("usd_per_1m_output_tokens") is not None:
+        return float(r["usd_per_1m_output_tokens"])
+    price, gpus, tok = decision.get("gpu_hour_usd"), r.get("gpus"), r.get("output_tokens_per_s")
+    if r.get("usd_per_request") is None or not (price and gpus and tok):
+        return None
+    return float(price) * gpus / 3600.0 / tok * 1e6
 
 
 def decision_values(decision: dict[str, Any]) -> list[list[Any]]:
     """One row per target x level, the figures as measured (None where not measured): decision.csv's rows,
     full precision, rates as fractions."""
-    col, cost = decision["goal"]["throughput"], decision["goal"]["cost"]
+    col = decision["goal"]["throughput"]
     rows = []
     for r in decision.get("rows", []):
         tp = r.get(col) if col == "tasks_per_hour" else None
         note = "collapsed" if r.get("collapsed") else ("" if r.get("healthy") else "unhealthy")  # why: advice
         rows.append([str(r["target"]), r.get("gpus"), r["level"], r.get("output_tokens_per_s"), tp,
                      r.get("task_p50_s"), r.get("task_p95_s"), r.get("ttft_p50_ms"), r.get("ttft_p95_ms"),
-                     r.get("timeouts"), r.get("success_rate"), r.get(cost), r.get("scaling_efficiency"),
-                     note])
+                     r.get("timeouts"), r.get("success_rate"), r.get("usd_per_task"),
+                     r.get("usd_per_request"), _per_1m_output_tokens(decision, r),
+                     r.get("scaling_efficiency"), note])
     return rows
 
 
 # how people read each column of DECISION_HEAD: figures to three significant figures (as the sweep table),
 # counts whole, rates as percent; the level as it was asked for
 _HUMAN: list[Callable[[Any], str]] = [str, count, lambda v: f"{v:g}", sig, sig, sig, sig, sig, sig, count,
-                                      pct, sig, pct, str]
+                                      pct, sig, sig, sig, pct, str]
 
 
-def decision_rows(decision: dict[str, Any]) -> list[list[str]]:
-    """One row per target x level, as text (the same cells for the terminal and the HTML)."""
-    return [[f(v) for f, v in zip(_HUMAN, row, strict=True)] for row in decision_values(decision)]
+def decision_rows(decision: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """The head and one row per target x level, as text (the same cells for the terminal and the HTML),
+    without the columns people are not shown (``_HIDDEN``)."""
+    keep = [i for i, c in enumerate(DECISION_HEAD) if c not in _HIDDEN]
+    rows = [[f(v) for f, v in zip(_HUMAN, row, strict=True)] for row in decision_values(decision)]
+    return [DECISION_HEAD[i] for i in keep], [[row[i] for i in keep] for row in rows]
 
 
 def render_decision(decision: dict[str, Any], console: Console) -> None:
-    rows = decision_rows(decision)
+    head, rows = decision_rows(decision)
     # columns with nothing measured (tasks, $/task in a plain sweep) are left out here (the CSV keeps
     # them), so the rest fit; no cell is cut short with an ellipsis: a long one folds onto a second line
-    keep = [i for i, c in enumerate(DECISION_HEAD)
-            if c == "target" or any(r[i] not in ("-", "") for r in rows)]
+    keep = [i for i, c in enumerate(head) if c == "target" or any(r[i] not in ("-", "") for r in rows)]
     win = decision.get("window_s")
-    tasks = DECISION_HEAD.index("tasks/h") in keep  # the window is the tasks/h column's
+    tasks = head.index("tasks/h") in keep  # the window is the tasks/h column's
     title = "decision table"
     if win and tasks:
         title += f" (tasks/h over the common window {win[0]:,.0f}-{win[1]:,.0f} s of every run)"
     t = Table(title=title, title_justify="left")
     for i in keep:
-        c = DECISION_HEAD[i]
+        c = head[i]
         words = c in ("target", "note")  # these wrap; the figures stay whole, headers on two lines
         t.add_column(c if words else c.replace(" ", "\n", 1), justify="left" if words else "right",
                      overflow="fold", no_wrap=not words)
@@ -166,10 +185,13 @@ def decision_html(state: dict[str, Any]) -> str:
     split = [f"<p><b>split traffic</b>: {esc(sp['text'])}</p>" for sp in state.get("split") or []]
     if not d or not d.get("rows"):
         return "".join(split)
-    head, rows = DECISION_HEAD, decision_rows(d)
-    eff = DECISION_HEAD.index("scaling eff.")
-    if all(r[eff] == "-" for r in rows):  # targets on the same GPUs: no scaling to show (the CSV keeps it)
-        head, rows = head[:eff] + head[eff + 1:], [r[:eff] + r[eff + 1:] for r in rows]
+    head, rows = decision_rows(d)
+    # targets on the same GPUs: no scaling to show; a plain sweep: no $/task, an agent sweep: no $/1M out
+    # tok (the CSV keeps both)
+    for c in ("scaling eff.", "$/task", "$/1M out tok"):
+        i = head.index(c)
+        if all(r[i] == "-" for r in rows):
+            head, rows = head[:i] + head[i + 1:], [r[:i] + r[i + 1:] for r in rows]
     parts = [*split, "<h2>Decision table: which topology, at which load</h2>",
              table(head, rows, left=1, left_last=True, csv_name="decision")]
     parts += [f"<p><b>{esc(a['kind'])}</b>: {esc(a['text'])}</p>" for a in d.get("advice", [])]

@@ -97,17 +97,18 @@ def test_advice_lines_do_not_repeat_their_kind():
 def _two_gpu_sweep():
     # figures of a two-target sim sweep (llama-3.1-8b on 1 and 2 H100s, concurrency 32, 2 $/GPU-hour)
     row = _row(level=32.0, output_tokens_per_s=3173.24, ttft_p50_ms=160.93, ttft_p95_ms=186.4,
-               usd_per_request=2.2412e-05, scaling_efficiency=0.54673, success_rate=0.98765)
+               usd_per_request=2.2412e-05, usd_per_1m_output_tokens=0.17508, scaling_efficiency=0.54673,
+               success_rate=0.98765)
     return {"goal": {"throughput": "output_tokens_per_s", "cost": "usd_per_request"}, "rows": [row]}
 
 
 def test_decision_table_cells_have_three_significant_figures_like_the_sweep_table():
     # before: '3,173', '161', '186', '98.8%', '0.0000' ($ to 4 decimals), '55%' beside the sweep table's
-    # '3,170', '161'; now words.sig / words.pct: 3,173.24 -> 3,170; 2.2412e-05 -> 0.0000224; 0.98765 ->
-    # 98.8%; 0.54673 -> 54.7%
+    # '3,170', '161'; now words.sig / words.pct: 3,173.24 -> 3,170; 0.98765 -> 98.8%; 0.54673 -> 54.7%;
+    # the cost as $/1M output tokens, 0.17508 -> 0.175 (the $/request, 0.0000224, is in decision.csv)
     line = next(ln for ln in _text(render_decision, _two_gpu_sweep()).splitlines() if "@1xh100" in ln)
     cells = [c.strip() for c in line.split("│")[1:-1]]
-    assert cells == ["llama-3.1-8b@1xh100", "1", "32", "3,170", "161", "186", "0", "98.8%", "0.0000224",
+    assert cells == ["llama-3.1-8b@1xh100", "1", "32", "3,170", "161", "186", "0", "98.8%", "0.175",
                      "54.7%"]
 
 
@@ -115,4 +116,6 @@ def test_decision_csv_keeps_full_precision():
     from servelab.report.sweep_table import decision_csv
 
     lines = decision_csv(_two_gpu_sweep()).splitlines()
-    assert lines[1] == "llama-3.1-8b@1xh100,1,32.0,3173.24,,,,160.93,186.4,0,0.98765,2.2412e-05,0.54673,"
+    # $/task empty (no tasks), then $/request and $/1M out tok
+    assert lines[1] == ("llama-3.1-8b@1xh100,1,32.0,3173.24,,,,160.93,186.4,0,0.98765,,2.2412e-05,0.17508,"
+                        "0.54673,")
