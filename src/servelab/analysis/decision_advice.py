@@ -3,11 +3,12 @@ load level of the table, every comparison two cells of it. Nothing here is a con
 
 Items (``{"kind", "text", "levels"}``):
 
-    choice       per level, the cheapest HEALTHY target ($/successful task; without prices the highest
-                 tasks/h), compressed into ranges: "A up to ~N sessions; B from M"
+    choice       per level, the cheapest HEALTHY target ($/successful task, in a plain sweep $/request;
+                 without prices the highest tasks/h), compressed into ranges: "A up to ~N sessions; B from M"
     collapse     a target that collapses, from which level and why
-    latency      levels where another healthy target has a lower task p95 than the choice, with both p95s
-                 and both prices ("only when task p95 matters more than cost")
+    latency      levels where another healthy target has a lower task p95 (plain sweep: TTFT p95) than the
+                 choice, with both p95s and both prices ("only when task p95 matters more than cost"); the
+                 prices to 3 significant figures per task, in a plain sweep per 1M output tokens
     crossover    the level from which a larger topology of the same model wins on tasks/h and on $/task
     other_model  a different (e.g. smaller dense) model in the sweep: where it is the choice, where not
     choice_within_model  with several models, the choice among each model's topologies
@@ -17,10 +18,14 @@ Items (``{"kind", "text", "levels"}``):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from servelab.analysis.decision import MIN_TASKS
+
+# what the cost column is per: an agent sweep's successful task, a plain sweep's request
+_COST_WORDS = {"usd_per_task": "$ per successful task", "usd_per_request": "$ per request"}
 
 
 def _levels_word(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -76,7 +81,7 @@ def _choice(table: Mapping[str, Any], word: str) -> tuple[dict[str, Any], dict[f
             parts.append(f"{name} beyond ({_at(f'{lo:g}' + ('' if lo == hi else f'-{hi:g}'), word)})")
         else:
             parts.append(f"{name} from {_at(f'{lo:g}', word)} to {hi:g}")
-    basis = "lowest $ per successful task" if any(r.get(cost) is not None for r in rows) else \
+    basis = f"lowest {_cost_words(cost)}" if any(r.get(cost) is not None for r in rows) else \
         f"highest {col.replace('_', ' ')}"
     text = f"Choice by {basis} among healthy targets: " + "; ".join(parts) + "."
     return {"kind": "choice", "text": text, "levels": [[t, lo, hi] for t, lo, hi in rng]}, chosen
@@ -100,7 +105,7 @@ def _collapses(rows: Sequence[Mapping[str, Any]], word: str) -> list[dict[str, A
 def _latency(table: Mapping[str, Any], chosen: Mapping[float, Mapping[str, Any]], word: str) -> list[dict]:
     rows, cost = table["rows"], table["goal"]["cost"]
     key = "task_p95_s" if any(r.get("task_p95_s") is not None for r in rows) else "ttft_p95_ms"
-    unit = "s" if key == "task_p95_s" else "ms"
+    unit, what = ("s", "task p95") if key == "task_p95_s" else ("ms", "TTFT p95")
     by_target: dict[str, list[tuple[float, Mapping[str, Any], Mapping[str, Any]]]] = {}
     for lv, c in chosen.items():
         cands = [r for r in rows if r["level"] == lv and r["healthy"] and r.get(key) is not None]
@@ -112,15 +117,13 @@ def _latency(table: Mapping[str, Any], chosen: Mapping[float, Mapping[str, Any]]
     out = []
     for t, items in by_target.items():
         lv, fast, c = items[-1]
-        price = ""
-        if fast.get(cost) is not None and c.get(cost) is not None:
-            price = f" at ${fast[cost]:,.4g} vs ${c[cost]:,.4g} per task"
+        price = _price(fast, c, cost)
         lvls = ", ".join(f"{x[0]:g}" for x in items)
         out.append(
             {
                 "kind": "latency",
                 "levels": [x[0] for x in items],
-                "text": f"{t} only when task p95 matters more than cost: lower {key.replace('_', ' ')} at "
+                "text": f"{t} only when {what} matters more than cost: lower {what} at "
                 f"{_at(lvls, word)} (at {lv:g}: {_v(fast[key])} {unit} vs {_v(c[key])} {unit} for "
                 f"{c['target']}{price}).",
             }
@@ -145,7 +148,7 @@ def _crossovers(table: Mapping[str, Any], word: str) -> list[dict[str, Any]]:
                 "text": f"{x['larger']} beats {x['smaller']} on "
                 f"{table['goal']['throughput'].replace('_', ' ')} "
                 f"{w(x['on_throughput'], x.get('wins_throughput_at') or [])}, and on "
-                f"{table['goal']['cost'].replace('_', ' ')} {w(x['on_cost'], x.get('wins_cost_at') or [])}.",
+                f"{_cost_words(table['goal']['cost'])} {w(x['on_cost'], x.get('wins_cost_at') or [])}.",
             }
         )
     return out
@@ -225,3 +228,32 @@ def advice_from_table(table: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def _v(x: float) -> str:
     return f"{x:,.0f}" if abs(x) >= 100 else f"{x:,.3g}"
+
+
+def _cost_words(cost: str) -> str:
+    return _COST_WORDS.get(cost, cost.replace("_", " "))
+
+
+def _price(a: Mapping[str, Any], b: Mapping[str, Any], cost: str) -> str:
+    """' at $A vs $B per <unit>' for two rows: per task in an agent sweep; in a plain sweep per 1M output
+    tokens (the table's column), else per 1M requests ('$0.0000406 per request' reads badly); '' unpriced."""
+    if cost == "usd_per_request" and all(r.get("usd_per_1m_output_tokens") is not None for r in (a, b)):
+        key, scale, per = "usd_per_1m_output_tokens", 1.0, "per 1M output tokens"
+    elif cost == "usd_per_request":
+        key, scale, per = cost, 1e6, "per 1M requests"
+    else:
+        key, scale, per = cost, 1.0, "per task" if cost == "usd_per_task" else f"({cost})"
+    if a.get(key) is None or b.get(key) is None:
+        return ""
+    return f" at {_usd(a[key] * scale)} vs {_usd(b[key] * scale)} {per}"
+
+
+def _usd(x: float) -> str:
+    """Dollars to three significant figures, never in exponent form: $0.0000406, $0.231, $40.6, $1,230."""
+    x = float(f"{float(x):.2e}")  # rounded first: 0.099996 -> 0.1 (one more figure otherwise)
+    if x == 0 or not math.isfinite(x):
+        return f"${x:g}"
+    mag = math.floor(math.log10(abs(x)))
+    if mag >= 2:
+        return f"${round(x, 2 - mag):,.0f}"
+    return f"${x:,.{2 - mag}f}"

@@ -68,7 +68,7 @@ def test_collapse_and_advice_thresholds():
         and "300 of 1000 tasks timed out" in text["collapse"]
     )
     assert "4 nodes only when task p95 matters more than cost" in text["latency"]
-    assert "at 256: 60 s vs 120 s for 2 nodes at $0.032 vs $0.02 per task" in text["latency"]
+    assert "at 256: 60 s vs 120 s for 2 nodes at $0.0320 vs $0.0200 per task" in text["latency"]
     cross = {(c["smaller"], c["larger"]): c for c in t["crossovers"]}
     assert (
         cross[("1 node", "2 nodes")]["on_throughput"] == 64 and cross[("1 node", "2 nodes")]["on_cost"] == 256
