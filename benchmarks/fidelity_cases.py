@@ -155,14 +155,24 @@ def trtllm_bench_limits(dep: Deployment, isl: int, osl: int,
     return bs, tok
 
 
+# The developer-guide perf overview's llm_options for every model it lists (gpt-oss, DeepSeek-R1, Qwen3 MoE,
+# Llama 3.3): cuda_graph_config enable_padding true with these batch sizes, so decode-only steps run the
+# graph of the next size up (sizes above max_batch_size are not captured).
+PERF_DEV_GRAPH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 1024, 2048, 4096, 8192)
+
+
 def deployment(case: Case, backend: str) -> Deployment:
     """The row's deployment. TensorRT-LLM perf-overview rows ran under trtllm-bench, which sets the batch and
-    token limits from its own heuristic (:func:`trtllm_bench_limits`), not the engine's defaults."""
-    dep = parse_sim_target(f"sim:{case.target},backend={backend}")
+    token limits from its own heuristic (:func:`trtllm_bench_limits`), not the engine's defaults; the
+    developer-guide rows also pad decode-only batches to CUDA-graph sizes (``PERF_DEV_GRAPH_SIZES``)."""
+    target = case.target
+    if case.source == "trtllm-perf-dev" and "cuda_graph_batch_sizes" not in target:
+        target += ",cuda_graph_batch_sizes=" + "/".join(map(str, PERF_DEV_GRAPH_SIZES))
+    dep = parse_sim_target(f"sim:{target},backend={backend}")
     if case.source.startswith("trtllm-perf") and "max_num_seqs" not in case.target:
         limits = trtllm_bench_limits(dep, case.isl, case.osl)
         if limits is not None:
-            dep = parse_sim_target(f"sim:{case.target},backend={backend},max_num_seqs={limits[0]},"
+            dep = parse_sim_target(f"sim:{target},backend={backend},max_num_seqs={limits[0]},"
                                    f"max_num_batched_tokens={limits[1]}")
     return dep
 

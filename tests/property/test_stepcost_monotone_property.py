@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from servelab.sim.costmodel import RooflineCost
+from servelab.sim.stepcost import EngineStep
 from servelab.sim.target import parse_sim_target
 
 SPECS = (
@@ -49,3 +50,22 @@ def test_step_time_is_monotone_in_work(i, n, ctx, p, extra_n, extra_p, extra_ctx
     # shapes are memoized in ~1.5% buckets: a bucket's midpoint may sit below the point
     tol = 1e-9 + 0.031 * a
     assert more_dec >= a - tol and longer >= a - tol and more_pre >= a - tol
+
+
+@cache
+def padded_engine() -> EngineStep:
+    return EngineStep(parse_sim_target("sim:gpt-oss-20b@1xh100,engine=trtllm,jitter=0,backend=roofline,"
+                                       "cuda_graph_batch_sizes=1/2/4/8/16/32/64/128/256/384/512/1024/2048"))
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(0, 2500), ctx=st.integers(1, 4096), p=st.integers(0, 8192),
+       extra_n=st.integers(0, 512), extra_p=st.integers(0, 4096))
+def test_padded_engine_step_is_monotone_in_work(n, ctx, p, extra_n, extra_p):
+    es = padded_engine()
+    a = es.step(n, n * ctx, p, p * (p + 1) // 2, p).time_s
+    more_dec = es.step(n + extra_n, (n + extra_n) * ctx, p, p * (p + 1) // 2, p).time_s
+    q = p + extra_p
+    more_pre = es.step(n, n * ctx, q, q * (q + 1) // 2, q).time_s
+    tol = 1e-9 + 0.031 * a
+    assert more_dec >= a - tol and more_pre >= a - tol

@@ -83,6 +83,9 @@ class Deployment:
     cost_backend: str = "auto"  # step-cost backend: auto | silicon | roofline
     jitter: float = 0.02  # seeded spread of step times (sigma of a lognormal factor); 0 = none
     async_scheduling: bool | None = None  # None = the engine's default
+    # CUDA-graph batch sizes (per attention rank) a decode-only step is padded up to, as TensorRT-LLM does
+    # with cuda_graph_config enable_padding; () = no padding. Sizes above max_num_seqs are not captured.
+    cuda_graph_batch_sizes: tuple[int, ...] = ()
     memory: Memory | None = field(default=None, compare=False)
     profile: EngineProfile | None = field(default=None, compare=False)
 
@@ -181,6 +184,9 @@ class Deployment:
             )
         if not 0.0 <= d.spec_acceptance <= 1.0 or d.spec_tokens < 0:
             raise DeploymentError("spec_acceptance must be in [0, 1] and spec_tokens >= 0")
+        if any(b < 1 for b in d.cuda_graph_batch_sizes):
+            raise DeploymentError(f"cuda_graph_batch_sizes={d.cuda_graph_batch_sizes}: sizes must be >= 1",
+                                  hint="e.g. cuda_graph_batch_sizes=1/2/4/8/16/32/64/128/256/512")
         if not (0.0 <= d.jitter < 1.0):
             raise DeploymentError(f"jitter={d.jitter} must be in [0, 1) (sigma of the step-time spread)",
                                   hint="use e.g. jitter=0.02; jitter=0 for exactly repeatable step times")

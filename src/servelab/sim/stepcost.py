@@ -18,6 +18,7 @@ marching in lockstep.
 
 from __future__ import annotations
 
+import bisect
 import math
 import random
 from dataclasses import dataclass, replace
@@ -84,6 +85,10 @@ class EngineStep:
         self.sigma = dep.jitter
         self.rng = random.Random(seed)
         self.slowdown = dep.slowdown
+        # Captured CUDA-graph batch sizes per attention rank (at most max_num_seqs and the token budget).
+        cap = min(dep.max_num_seqs, dep.max_num_batched_tokens) if dep.max_num_seqs else 0
+        self.graphs = [b for b in dep.cuda_graph_batch_sizes if not cap or b <= cap]
+        self.ranks = max(1, dep.attn_dp)
 
     @property
     def name(self) -> str:
@@ -94,6 +99,14 @@ class EngineStep:
         """The step's wall time on the engine: GPU time from the backend, plus the CPU time of scheduling
         ``n_seqs`` running sequences (or, with async scheduling, whichever of the two is longer)."""
         g = self.backend.step(n_dec, ctx_dec, p_tok, p_pairs, p_ctx)
+        padded = self._padded(n_dec)
+        if padded > n_dec:
+            # A decode-only step runs the CUDA graph of the next captured size: padding requests (no context)
+            # fill it. A mixed step runs eagerly; it is priced no lower than its decodes padded, which keeps
+            # the step monotone (one prefill token never makes a step cheaper).
+            gp = self.backend.step(padded, ctx_dec)
+            if not p_tok or gp.time_s > g.time_s:
+                g = gp
         cpu = self.cpu0 + self.cpu_seq * (n_seqs or n_dec)
         gpu = g.time_s
         if self.async_sched:
@@ -105,6 +118,14 @@ class EngineStep:
             k *= math.exp(self.sigma * self.rng.gauss(0.0, 1.0) - self.sigma * self.sigma / 2)
         return replace(g, time_s=total * k, compute_s=g.compute_s * k, memory_s=g.memory_s * k,
                        comm_s=g.comm_s * k, cpu_s=cpu_vis * k)
+
+    def _padded(self, n_dec: int) -> int:
+        """Decodes of the whole replica after padding each rank's share to a captured graph size."""
+        if not self.graphs or n_dec <= 0:
+            return n_dec
+        per = -(-n_dec // self.ranks)
+        i = bisect.bisect_left(self.graphs, per)
+        return self.graphs[i] * self.ranks if i < len(self.graphs) else n_dec
 
 
 # What each configuration class reached against published results it was not fitted on

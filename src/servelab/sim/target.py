@@ -38,6 +38,12 @@ def _bool(v: str) -> bool:
     raise ValueError(f"expected on/off/true/false, got {v!r}")
 
 
+def _sizes(v: Any) -> tuple[int, ...]:
+    """``1/2/4/8`` (or a list, in a target file) -> sorted distinct ints."""
+    items = v if isinstance(v, list | tuple) else [x for x in str(v).replace(" ", "").split("/") if x]
+    return tuple(sorted({int(x) for x in items}))
+
+
 _KEYS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "tp": ("tp", int),
     "pp": ("pp", int),
@@ -73,6 +79,7 @@ _KEYS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "cost": ("cost_backend", str.lower),
     "jitter": ("jitter", float),
     "async_scheduling": ("async_scheduling", _bool),
+    "cuda_graph_batch_sizes": ("cuda_graph_batch_sizes", _sizes),
 }
 
 _SPEC = re.compile(r"^(?P<model>[^@,]+)@(?:(?P<nodes>\d+)x)?(?P<count>\d+)x(?P<hw>[^,]+)$", re.IGNORECASE)

@@ -58,3 +58,12 @@ def test_chat_endpoint_rows_prefill_the_chat_template_too():
     assert cases["V-9"].prompt_len == 128 + 8
     assert (cases["A-1"].template_tokens, cases["A-1"].prompt_len) == (0, 128)
     assert cases["T-1"].prompt_len == 128
+
+
+def test_developer_guide_rows_pad_decode_batches_to_the_published_graph_sizes():
+    # Its llm_options: cuda_graph_config enable_padding true, batch_sizes 1, 2, 4, ..., 256, 384, 512, 1024,
+    # 2048, 4096, 8192; the v1.0 tables (T-rows) do not say, so they run unpadded.
+    cases = {c.id: c for c in fc.load()[1]}
+    n6 = fc.deployment(cases["N-6"], "roofline")
+    assert n6.cuda_graph_batch_sizes[-4:] == (1024, 2048, 4096, 8192) and 384 in n6.cuda_graph_batch_sizes
+    assert fc.deployment(cases["T-1"], "roofline").cuda_graph_batch_sizes == ()

@@ -130,3 +130,21 @@ def test_silicon_backend_prices_covered_deployments_from_measured_kernels():
     assert 0.5 * small.time_s < small.compute_s + small.memory_s + small.comm_s <= small.time_s
     assert cost.step(1, 1000) is small  # memoized by step shape
     assert parse_sim_target("sim:llama-3.1-8b@1xmi300x").hardware.name not in silicon.SYSTEMS
+
+
+def test_decode_only_steps_are_padded_to_the_next_cuda_graph_batch_size():
+    # TensorRT-LLM with cuda_graph_config enable_padding: 600 decodes run the 1,024 graph (424 padding
+    # requests); above the largest captured size (1,024) a step runs eagerly, unpadded. A mixed step runs
+    # eagerly but costs no less than its decodes padded.
+    dep = parse_sim_target("sim:gpt-oss-20b@1xh100,engine=trtllm,jitter=0,backend=roofline,"
+                           "cuda_graph_batch_sizes=256/512/1024")
+    assert dep.cuda_graph_batch_sizes == (256, 512, 1024)
+    es = EngineStep(dep)
+    b = es.backend
+    ctx = 600 * 2048
+    assert es.step(600, ctx).time_s == pytest.approx(b.step(1024, ctx).time_s)
+    assert b.step(1024, ctx).time_s > 1.2 * b.step(600, ctx).time_s
+    assert es.step(1100, 1100 * 2048).time_s == pytest.approx(b.step(1100, 1100 * 2048).time_s)
+    assert es.step(600, ctx, 1, 1, 1).time_s >= es.step(600, ctx).time_s
+    plain = EngineStep(parse_sim_target("sim:gpt-oss-20b@1xh100,engine=trtllm,jitter=0,backend=roofline"))
+    assert plain.step(600, ctx).time_s == pytest.approx(b.step(600, ctx).time_s)
