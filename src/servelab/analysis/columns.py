@@ -104,13 +104,21 @@ def _int_column(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
     return vals, mask
 
 
+def _relative_float(flat_ns: np.ndarray, base: int) -> np.ndarray:
+    """``(flat_ns - base)`` as float64, through one int64 buffer of its own: two copies of every token time
+    at the peak, not three (20 MB less at 10,000 x 256 tokens)."""
+    rel = flat_ns.astype(np.int64, copy=not flat_ns.flags.writeable)  # Arrow's zero-copy view is read-only
+    np.subtract(rel, base, out=rel)
+    return rel.astype(np.float64)
+
+
 def from_table(table: pa.Table) -> Columns:
     """Columns from a pyarrow Table with the request columns (as written to requests.parquet)."""
     n = table.num_rows
     ints = {c: _int_column(table, c) for c in TIME_COLUMNS}
     tt = table.column("token_times_ns")
     lengths = pc.fill_null(pc.list_value_length(tt), 0).to_numpy(zero_copy_only=False).astype(np.int64)
-    flat_ns = pc.list_flatten(tt).to_numpy(zero_copy_only=False).astype(np.int64)
+    flat_ns = pc.list_flatten(tt).to_numpy(zero_copy_only=False)
     present = [int(v[~m].min()) for v, m in ints.values() if (~m).any()]
     base = _base(present)
     times = {}
@@ -136,7 +144,7 @@ def from_table(table: pa.Table) -> Columns:
         error=np.array(table.column("error").to_pylist(), dtype=object),
         times=times,
         counts=counts,
-        token_times=(flat_ns - base).astype(np.float64),
+        token_times=_relative_float(flat_ns, base),
         token_offsets=offsets,
     )
 

@@ -49,6 +49,7 @@ class Metric:
         vals, owner = self.fn(cols, start)
         keep = scope_mask(cols, self.scope) if mask is None else mask
         out = vals[keep[owner]]
+        del vals, owner  # a pooled metric's arrays hold one entry per token: gone before the next copy
         return out[np.isfinite(out)]
 
 
@@ -84,12 +85,16 @@ def _queue(cols: Columns, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _itl_pooled(cols: Columns, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    owner = np.repeat(np.arange(cols.n), cols.token_counts())
+    # One entry per token: int32 owners (while they fit) and no copy kept longer than needed.
+    owner = np.repeat(np.arange(cols.n, dtype=np.int32 if cols.n < 2**31 else np.int64), cols.token_counts())
     if owner.size < 2:
         return np.empty(0), np.empty(0, dtype=np.int64)
     same = owner[1:] == owner[:-1]  # a gap between two requests' tokens is not a gap
-    gaps = np.diff(cols.token_times)[same] / NS_PER_MS
-    return gaps, owner[:-1][same]
+    kept = owner[:-1][same]
+    del owner
+    gaps = np.diff(cols.token_times)[same]
+    gaps /= NS_PER_MS
+    return gaps, kept
 
 
 def _itl_request_mean(cols: Columns, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
