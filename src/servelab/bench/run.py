@@ -158,14 +158,15 @@ def execute(
         cfg, argv=argv, run_dir=run_dir, manifest_extra=manifest_extra, executor=ex
     )
     live = LiveStats(cfg.load.mode)
-    with _progress_display(progress, live, cfg):
-        try:
+    try:
+        # the progress bar may read the workload (a replay's trace): bad input there is a failed start too
+        with _progress_display(progress, live, cfg):
             shards = _drive_all(spec, ex, live, manifest)
-        except BaseException:
-            # a start that failed (bad input found late, Ctrl-C before any request) leaves nothing
-            if created:
-                preflight.discard_failed_start(spec.run_dir)
-            raise
+    except BaseException:
+        # a start that failed (bad input found late, Ctrl-C before any request) leaves nothing
+        if created:
+            preflight.discard_failed_start(spec.run_dir)
+        raise
     with ending.finishing() as ctrl_c:  # a Ctrl-C now must not lose what was measured
         result = finish_run(spec, shards, manifest, report=report,
                             coord_mono_minus_wall=time.monotonic_ns() - time.time_ns())
