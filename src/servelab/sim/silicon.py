@@ -181,6 +181,14 @@ class SiliconCost:
             out = rf
         else:
             t = ms * 1e-3
+            if pt and pc > pt:
+                # The forward-pass record has no field for the context a prefill chunk continues (a long
+                # prompt's 2nd, 3rd ... chunk): AIConfigurator prices n_pre fresh chunks of pt / n_pre
+                # tokens. Add the roofline's price of the attention pairs and context reads beyond those.
+                fresh = pt * (pt / n_pre + 1) / 2
+                if p_pairs > fresh:
+                    alone = self.roof.step(n_dec, ctx_dec, p_tok, int(fresh), p_tok).time_s
+                    t += max(0.0, rf.time_s - alone)
             if self.balanced is not None:
                 t *= rf.time_s / max(self.balanced.step(n_dec, ctx_dec, p_tok, p_pairs, p_ctx).time_s, 1e-12)
             k = t / rf.time_s if rf.time_s > 0 else 0.0

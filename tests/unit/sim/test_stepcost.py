@@ -148,3 +148,27 @@ def test_decode_only_steps_are_padded_to_the_next_cuda_graph_batch_size():
     assert es.step(600, ctx, 1, 1, 1).time_s >= es.step(600, ctx).time_s
     plain = EngineStep(parse_sim_target("sim:gpt-oss-20b@1xh100,engine=trtllm,jitter=0,backend=roofline"))
     assert plain.step(600, ctx).time_s == pytest.approx(b.step(600, ctx).time_s)
+
+
+def test_silicon_prices_the_context_a_prefill_chunk_continues():
+    # AIConfigurator's forward-pass record has scheduled prefill tokens and requests, no earlier context: the
+    # 2nd chunk of 8,192 tokens of a long prompt (8,192 already cached) read as a fresh 8,192-token prompt.
+    # The backend adds the roofline's price of the pairs beyond a fresh chunk's (8,192 x 8,192 here).
+    from servelab.sim.silicon import SiliconCost
+
+    class _Flat:  # stands in for the measured model: 100 ms for any 8,192-token prefill
+        def estimate_forward_pass_time_ms(self, fpm):
+            return 100.0
+
+    dep = parse_sim_target("sim:gpt-oss-120b@1xh100,backend=roofline,max_model_len=32768")
+    roof = RooflineCost(dep)
+    sc = SiliconCost.__new__(SiliconCost)
+    sc.dep, sc.roof, sc.balanced, sc.model, sc.ranks, sc.misses, sc._memo = dep, roof, None, _Flat(), 1, 0, {}
+    n = 8192
+    fresh = sc.step(0, 0, n, n * (n + 1) // 2, n).time_s
+    assert fresh == pytest.approx(0.100)
+    cont = sc.step(0, 0, n, n * (n + (n + 1) // 2), 2 * n).time_s
+    extra = (roof.step(0, 0, n, n * (n + (n + 1) // 2), 2 * n).time_s
+             - roof.step(0, 0, n, n * (n + 1) // 2, n).time_s)
+    assert extra > 0.005  # 18 full layers x 16,384 FLOP x 67M pairs at ~70% of 989 TFLOP/s: ~29 ms
+    assert cont == pytest.approx(0.100 + extra, rel=0.02)
