@@ -24,6 +24,7 @@ DEFAULT_RESAMPLES = 1000
 DEFAULT_MAX_N = 5000
 DEFAULT_CONFIDENCE = 0.95
 _CHUNK_ELEMENTS = 1 << 20  # values held per resampling chunk (8 MiB of float64)
+_COUNT_ELEMENTS = 1 << 18  # running rank counts held at once when counting resamples (2 MiB of int64)
 _RANKED_MAX_RATIO = 8  # count resamples per rank while the sample is at most 8x the resample size
 
 
@@ -110,28 +111,40 @@ def _ranked_percentile_replicates(a: np.ndarray, percentiles: Sequence[float], r
     lo = np.where(virtual >= m - 1, m - 1, lo)
     wanted = np.unique(np.concatenate([lo, hi]))
     rows = max(1, _CHUNK_ELEMENTS // m)
+    # rows counted at once: a row's running counts hold n int64 (two arrays of them at the peak), so a block
+    # of all ``rows`` held 2 x rows x n x 8 bytes (67 MB at n = 10,000, 268 MB at 40,000); ~2 MiB a block
+    block = max(1, _COUNT_ELEMENTS // n)
     reps = np.empty((resamples, len(q)), dtype=np.float64)
     done = 0
     while done < resamples:
         k = min(rows, resamples - done)
         idx = rng.integers(0, n, size=(k, m))  # the same draws as _replicates
-        row = np.arange(k, dtype=np.intp)
-        ranks = rank[idx]
-        ranks += (row * n)[:, None]
-        counts = np.bincount(ranks.ravel(), minlength=k * n).reshape(k, n)
-        cum = np.cumsum(counts, axis=1)
-        cum += (row * (m + 1))[:, None]  # rows made one increasing sequence for one searchsorted
-        flat = cum.ravel()
-        # order statistic j (from 0) of a row: the first rank whose running count exceeds j
-        stat = {int(j): ranked[np.searchsorted(flat, j + 1 + row * (m + 1)) - row * n] for j in wanted}
-        x0 = np.stack([stat[int(j)] for j in lo], axis=1)
-        x1 = np.stack([stat[int(j)] for j in hi], axis=1)
-        diff = x1 - x0
-        out = x0 + diff * gamma  # numpy's _lerp, to the bit: from the far end when gamma >= 0.5
-        np.subtract(x1, diff * (1 - gamma), out=out, where=np.broadcast_to(gamma >= 0.5, out.shape))
-        reps[done:done + k] = out
+        for b in range(0, k, block):
+            reps[done + b:done + min(k, b + block)] = _ranked_rows(rank[idx[b:b + block]], ranked, n, m,
+                                                                   wanted, lo, hi, gamma)
         done += k
     return reps
+
+
+def _ranked_rows(ranks: np.ndarray, ranked: np.ndarray, n: int, m: int, wanted: np.ndarray, lo: np.ndarray,
+                 hi: np.ndarray, gamma: np.ndarray) -> np.ndarray:
+    """The percentiles of each row of resample ranks (``ranks``: shape ``(k, m)``, owned), by counting."""
+    k = ranks.shape[0]
+    row = np.arange(k, dtype=np.intp)
+    ranks += (row * n)[:, None]
+    counts = np.bincount(ranks.ravel(), minlength=k * n).reshape(k, n)
+    cum = np.cumsum(counts, axis=1)
+    del counts
+    cum += (row * (m + 1))[:, None]  # rows made one increasing sequence for one searchsorted
+    flat = cum.ravel()
+    # order statistic j (from 0) of a row: the first rank whose running count exceeds j
+    stat = {int(j): ranked[np.searchsorted(flat, j + 1 + row * (m + 1)) - row * n] for j in wanted}
+    x0 = np.stack([stat[int(j)] for j in lo], axis=1)
+    x1 = np.stack([stat[int(j)] for j in hi], axis=1)
+    diff = x1 - x0
+    out = x0 + diff * gamma  # numpy's _lerp, to the bit: from the far end when gamma >= 0.5
+    np.subtract(x1, diff * (1 - gamma), out=out, where=np.broadcast_to(gamma >= 0.5, out.shape))
+    return out
 
 
 def bootstrap_ci(
