@@ -1,12 +1,13 @@
 """Peak memory of a servelab run against its size (issue 12 item 4), with the raw-socket reference beside it.
 
 Two cases, each size in a fresh process; RSS is sampled every 5 ms by a thread and attributed to the phase
-running (load, journals -> Parquet merge, summary, evidence, rest), and the process's peak RSS
+running (load, journals -> Parquet merge, summary, evidence, report, rest), and the process's peak RSS
 (``ru_maxrss``) is the figure:
 
-  run     a whole ``execute(cfg, report=False)`` of N streamed requests (256 tokens, concurrency 64,
-          --workers 1) against client_throughput.py's zero-delay mock server in its own process, then the
-          raw-socket reference client for the same N requests against the same server.
+  run     a whole ``execute(cfg)`` (report.html written; ``--no-report``: not) of N streamed requests
+          (256 tokens, concurrency 64, --workers 1) against client_throughput.py's zero-delay mock server
+          in its own process, then the raw-socket reference client for the same N requests against the
+          same server.
   finish  the end of a run alone at sizes a shared 2-core box cannot drive in time: N requests of 256
           token times are written to a run directory's journal by a generator process (exactly what
           ``RecordSink`` writes), then a fresh process merges the journal to Parquet and summarises it as
@@ -74,14 +75,14 @@ import servelab.bench.finish as fin
 from servelab.bench.run import Executor, execute
 from servelab.config import RunConfig, validate
 for attr, name in (("merge_journals", "merge"), ("summarize_batches", "summary"),
-                   ("run_evidence", "evidence")):
+                   ("run_evidence", "evidence"), ("_write_report", "report")):
     _wrap(fin, attr, name)
-url, n, conc, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+url, n, conc, out, report = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5] == "1"
 cfg = validate(RunConfig, {"target": {"url": url, "model": "bench-model"}, "load": {"concurrency": conc},
     "workload": {"input_tokens": 64, "output_tokens": 256}, "limits": {"requests": n},
     "telemetry": {"enabled": False}, "out": out})
 _enter("load")
-r = execute(cfg, report=False, executor=Executor(workers=1))
+r = execute(cfg, report=report, executor=Executor(workers=1))
 _result(wall_s=time.perf_counter() - t0, ok=r.summary["requests"]["ok"],
         itl_n=r.summary["metrics"]["itl_ms"]["n"], itl_p50=r.summary["metrics"]["itl_ms"]["p50"])
 """
@@ -166,7 +167,7 @@ def _phases(r: dict) -> str:
     return "  ".join(f"{k} {a}->{b}" for k, (a, b) in r["phases"].items() if k not in ("start",))
 
 
-def run_case(sizes: list[int], conc: int) -> None:
+def run_case(sizes: list[int], conc: int, report: bool = True) -> None:
     spec = importlib.util.spec_from_file_location("client_throughput", HERE / "client_throughput.py")
     ct = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     sys.modules["client_throughput"] = ct
@@ -176,14 +177,14 @@ def run_case(sizes: list[int], conc: int) -> None:
     server = ctx.Process(target=ct._serve, args=(q,), daemon=True)
     server.start()
     url = f"http://127.0.0.1:{q.get(timeout=30)}"
-    print(f"\nrun: whole execute(), 256 streamed tokens/request, concurrency {conc}, zero-delay mock "
-          "(own process)")
+    print(f"\nrun: whole execute(report={report}), 256 streamed tokens/request, concurrency {conc}, "
+          "zero-delay mock (own process)")
     print(f"{'requests':>9} {'servelab MB':>12} {'raw ref MB':>11} {'x ref':>6} {'wall s':>8} "
           f"{'ref wall s':>10}  phases (RSS MB at entry -> peak)")
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for n in sizes:
-                s = _py(_RUN, url + "/v1", str(n), str(conc), tmp)
+                s = _py(_RUN, url + "/v1", str(n), str(conc), tmp, "1" if report else "0")
                 r = _py(_REF, url, str(conc), str(n), str(HERE))
                 ratio = s["peak_mb"] / r["peak_mb"]
                 print(f"{n:>9,} {s['peak_mb']:>12.0f} {r['peak_mb']:>11.0f} {ratio:>6.2f} "
@@ -214,11 +215,12 @@ def main() -> None:
                     help="summarise the finish case as a closed or an open loop (open also keeps each "
                     "request's intended send and end time for the offered-vs-achieved check)")
     ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument("--no-report", action="store_true", help="run without writing report.html")
     args = ap.parse_args()
     if args.finish:
         finish_case([int(x) for x in args.finish.split(",")], args.finish_mode)
     if args.run:
-        run_case([int(x) for x in args.run.split(",")], args.concurrency)
+        run_case([int(x) for x in args.run.split(",")], args.concurrency, not args.no_report)
 
 
 if __name__ == "__main__":

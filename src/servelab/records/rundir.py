@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,8 @@ class RunData:
     sessions: pa.Table | None
     telemetry: pa.Table | None
     complete: bool  # False when read back from journals of a run that did not finish
+    # request columns not read (all null in ``requests``; ``read_run(without=...)``): read them from the file
+    dropped: tuple[str, ...] = ()
 
 
 def _slug(s: str) -> str:
@@ -168,11 +171,14 @@ def write_parquet_from_journal(run_dir: Path) -> None:
         pq.write_table(rows_to_table(srows, SESSION_SCHEMA), run_dir / "sessions.parquet")
 
 
-def _read_table(run_dir: Path, parquet: str, journal: str, schema: pa.Schema) -> pa.Table | None:
+def _read_table(run_dir: Path, parquet: str, journal: str, schema: pa.Schema, without: Sequence[str] = ()
+                ) -> tuple[pa.Table | None, bool]:
+    """The table, and whether it came from the Parquet file (else from the journals: every column)."""
     p = run_dir / parquet
     if p.exists():
         try:
-            return conform(pq.read_table(p), schema)
+            names = None if not without else [c for c in pq.read_schema(p).names if c not in without]
+            return conform(pq.read_table(p, columns=names), schema), True
         except (OSError, pa.ArrowException) as e:  # a damaged file: fall back to the journal
             if not (run_dir / journal).exists():
                 raise RunDirError(
@@ -181,8 +187,8 @@ def _read_table(run_dir: Path, parquet: str, journal: str, schema: pa.Schema) ->
     paths = journal_paths(run_dir, journal)  # every shard's journal (one per worker process or Ray task)
     rows = [r for path in paths for r in read_journal(path)]
     if rows or paths:
-        return rows_to_table(rows, schema)
-    return None
+        return rows_to_table(rows, schema), False
+    return None, False
 
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -205,8 +211,10 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     return table
 
 
-def read_run(path: str | Path) -> RunData:
-    """Read a run directory back (from Parquet, or from its journals when the run did not finish)."""
+def read_run(path: str | Path, *, without: Sequence[str] = ()) -> RunData:
+    """Read a run directory back (from Parquet, or from its journals when the run did not finish).
+    ``without``: request columns left unread when read from Parquet (all null in ``requests``, named in
+    ``RunData.dropped``), e.g. ``token_times_ns``, 8 bytes a token, which only the ITL histogram reads."""
     p = Path(path)
     if not p.is_dir():
         raise RunDirError(f"{str(p)!r} is not a run directory (it does not exist)",
@@ -224,15 +232,16 @@ def read_run(path: str | Path) -> RunData:
             f"{p} has schema version {version}; this servelab reads up to {SCHEMA_VERSION}",
             hint="upgrade servelab",
         )
-    requests = _read_table(p, "requests.parquet", REQUESTS_JOURNAL, REQUEST_SCHEMA)
+    requests, from_parquet = _read_table(p, "requests.parquet", REQUESTS_JOURNAL, REQUEST_SCHEMA, without)
+    dropped = tuple(without) if from_parquet else ()
     if requests is None:
         requests = REQUEST_SCHEMA.empty_table()
-    sessions = _read_table(p, "sessions.parquet", SESSIONS_JOURNAL, SESSION_SCHEMA)
+    sessions = _read_table(p, "sessions.parquet", SESSIONS_JOURNAL, SESSION_SCHEMA)[0]
     telemetry = pq.read_table(p / "telemetry.parquet") if (p / "telemetry.parquet").exists() else None
     spath = p / "summary.json"
     summary = json.loads(spath.read_text()) if spath.exists() else {}
     complete = (p / "requests.parquet").exists() and spath.exists()
-    return RunData(p, manifest, summary, requests, sessions, telemetry, complete)
+    return RunData(p, manifest, summary, requests, sessions, telemetry, complete, dropped)
 
 
 def is_run_dir(path: str | Path) -> bool:

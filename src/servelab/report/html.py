@@ -18,12 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import pyarrow as pa
 
 from servelab.analysis.attribution import request_attribution, session_attribution
+from servelab.analysis.columns import TABLE_COLUMNS
 from servelab.analysis.compare import request_samples
+from servelab.analysis.sketch import EXACT_MAX_VALUES
 from servelab.errors import RunDirError
 from servelab.records.rundir import RunData, read_run
+from servelab.records.stream import iter_tables
 from servelab.report import plots
 from servelab.report.html_advice import advice_section, comparison_headline, comparison_section, cost_section
 from servelab.report.html_charts import (
@@ -55,6 +59,7 @@ from servelab.report.words import duration_ms, run_title
 
 REPORT_NAME = "report.html"
 MAX_TIMELINE = 12
+MAX_ITL_DRAWN = EXACT_MAX_VALUES  # inter-token gaps the ITL histogram draws at most (every k-th past it)
 
 _e, _n, _get, _table = esc, num, get, table
 __all__ = ["SweepData", "load_sweep", "run_verdict", "sweep_verdict", "write_report", "write_run_report",
@@ -84,15 +89,39 @@ def _distributions(page: Page, run: RunData, label: str) -> None:
         return
     open_loop = _get(run.manifest, "config", "load", "rate") is not None
     mode: Literal["open", "closed"] = "open" if open_loop else "closed"
-    s = request_samples(run.requests, mode)
+    if "token_times_ns" in run.dropped:
+        ttft, itl, itl_total = _streamed_samples(run, mode)
+    else:
+        s = request_samples(run.requests, mode)
+        ttft, itl, itl_total = s["ttft_ms"], s["itl_ms"], len(s["itl_ms"])
     page.h2(f"TTFT and inter-token latency distributions{label}")
-    if len(s["ttft_ms"]) == 0:
+    if len(ttft) == 0:
         page.add('<p class="toosmall">No request succeeded: there is no latency to draw.</p>')
         return
-    page.image(
-        "ttft", "TTFT histogram", lambda p: plots.histogram(s["ttft_ms"], p, title="Time to first token")
-    )
-    page.image("itl", "ITL histogram", lambda p: plots.histogram(s["itl_ms"], p, title="Inter-token latency"))
+    page.image("ttft", "TTFT histogram", lambda p: plots.histogram(ttft, p, title="Time to first token"))
+    page.image("itl", "ITL histogram",
+               lambda p: plots.histogram(itl, p, title="Inter-token latency", total=itl_total))
+
+
+def _streamed_samples(run: RunData, mode: Literal["open", "closed"]) -> tuple[np.ndarray, np.ndarray, int]:
+    """TTFT of every request and the inter-token gaps, read from ``requests.parquet`` a row group at a time
+    (token times are never held whole): every gap while the run has at most ``MAX_ITL_DRAWN`` of them (the
+    summary's ``itl_ms.n``), else every k-th gap in file order (k = ceil(n / MAX_ITL_DRAWN)). Returns
+    (ttft ms, gaps drawn in ms, how many gaps the run has)."""
+    total = _get(run.summary, "metrics", "itl_ms", "n")
+    step = max(1, -(-int(total) // MAX_ITL_DRAWN)) if isinstance(total, int) else 1
+    ttft: list[np.ndarray] = []
+    itl: list[np.ndarray] = []
+    seen = 0
+    for batch in iter_tables(run.path / "requests.parquet", TABLE_COLUMNS):
+        s = request_samples(batch, mode)
+        ttft.append(s["ttft_ms"])
+        gaps = s["itl_ms"]
+        itl.append(gaps[(-seen) % step::step].copy() if step > 1 else gaps)
+        seen += len(gaps)
+    def join(parts: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(parts) if parts else np.zeros(0)
+    return join(ttft), join(itl), seen
 
 
 def _timeline_rows(requests: pa.Table, sessions: pa.Table) -> tuple[list[dict[str, Any]], int]:
@@ -297,7 +326,8 @@ def load_sweep(sweep_dir: str | Path) -> SweepData:
 
 def write_run_report(run_dir: str | Path, out_path: str | Path | None = None, *,
                      comparison: Mapping[str, Any] | None = None) -> Path:
-    run = read_run(run_dir)
+    # token times (8 bytes a token) are not read whole: only the ITL histogram needs them, streamed
+    run = read_run(run_dir, without=("token_times_ns",))
     return write_report(run, out_path or run.path / REPORT_NAME, comparison=comparison)
 
 

@@ -100,8 +100,10 @@ def _amount(v: float, unit: str) -> str:
     return duration_ms(v) if unit == "ms" else f"{sig(v)} {unit}"
 
 
-def histogram(values: np.ndarray, path: Path, *, title: str, unit: str = "ms", bins: int = 60) -> Path:
-    """Distribution of one metric with p50/p95/p99 marked; the last 0.1% beyond the axis are counted."""
+def histogram(values: np.ndarray, path: Path, *, title: str, unit: str = "ms", bins: int = 60,
+              total: int | None = None) -> Path:
+    """Distribution of one metric with p50/p95/p99 marked; the last 0.1% beyond the axis are counted.
+    ``total``: how many values there are when ``values`` is an even sample of them (said in the title)."""
     v = np.asarray(values, dtype=float)
     v = v[np.isfinite(v)]
     fig, ax = plt.subplots(figsize=(6.2, 3.2))
@@ -119,7 +121,8 @@ def histogram(values: np.ndarray, path: Path, *, title: str, unit: str = "ms", b
         q = float(np.percentile(v, p))
         ax.axvline(q, color=_COLORS[c], ls="--", lw=1.2, label=f"p{p} {_amount(q, unit)}")
     extra = f"; {beyond} beyond {_amount(top, unit)} in the last bin" if beyond else ""
-    ax.set_title(f"{title} (n = {v.size:,}{extra})", fontsize=10)
+    n = f"{v.size:,}" if total is None or total <= v.size else f"{v.size:,} drawn of {total:,}"
+    ax.set_title(f"{title} (n = {n}{extra})", fontsize=10)
     ax.set_xlabel(unit)
     ax.set_ylabel("count")
     ax.set_xlim(left=0, right=top * 1.02)
