@@ -20,6 +20,8 @@ SPECS = (
     "sim:gpt-oss-120b@1xh100",
     "sim:qwen3-235b-a22b@8xh200,dtype=fp8,ep=8",
     "sim:llama-3.1-70b@8xmi300x",
+    "sim:qwen3-235b-a22b@8xh100,tp=8,engine=vllm",  # every expert TP-sliced 8 ways
+    "sim:gpt-oss-120b@1xb200,engine=trtllm",  # Blackwell: few-tokens-per-expert penalty
 )
 
 

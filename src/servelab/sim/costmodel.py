@@ -42,7 +42,7 @@ H800_NVLINK_GBPS, H800_NIC_GBPS = 160.0, 50.0  # achieved all-to-all bandwidth i
 # Normal-mode (throughput) kernels: DeepEP reports ~190 us-class latency per dispatch + combine before
 # bandwidth dominates; the bytes then move at the measured 153-158 GB/s (NVLink) / 43-58 GB/s (RDMA).
 NORMAL_A2A_FIXED_US = 190.0
-MOE_LAYER_OVERHEAD_US = 15.0  # router top-k, token permute/unpermute, grouped-GEMM launches per MoE layer
+MOE_LAYER_OVERHEAD_US = 15.0  # default Family.moe_layer_overhead_us (router, permute, grouped-GEMM launches)
 
 
 class RooflineCost:
@@ -70,7 +70,9 @@ class RooflineCost:
         )
         self.step_oh = 0.0  # CPU-side per-step time is the engine profile's (sim/stepcost.EngineStep)
         self.layer_oh = fam.layer_overhead_us * 1e-6
-        self.moe_oh = MOE_LAYER_OVERHEAD_US * 1e-6
+        self.moe_oh = fam.moe_layer_overhead_us * 1e-6
+        self.moe_half, self.moe_slice = fam.moe_rows_half, fam.moe_tp_slice_rows
+        self.moe_k = fam.moe_roof_k
         # Links: scale-up (inside the domain) and scale-out, per direction, derated by comm_eff.
         self.up_bw = hw.scaleup_gbps / 2 * 1e9 * fam.comm_eff
         if hw.scaleup_topology.startswith("torus"):
@@ -109,9 +111,23 @@ class RooflineCost:
             return self.dce
         return self.dce + (self.ce - self.dce) * min(1.0, math.log2(rows / 64) / 5)
 
-    def _roof(self, flops: float, peak: float, eff: float, nbytes: float) -> tuple[float, float]:
+    def _moe_eff(self, rows_e: float) -> float:
+        """Grouped expert GEMM efficiency at ``rows_e`` tokens per touched expert: the dense curve times
+        ``moe_compute_eff``, times ``r / (r + moe_rows_half)`` (few tokens per expert leave the grouped
+        kernel's tiles mostly empty), where an expert TP-sliced ``moe_tp`` ways counts its rows as divided
+        by ``1 + (moe_tp - 1) * moe_tp_slice_rows`` (thin slices of each weight matrix run less
+        efficiently)."""
+        r = rows_e / (1.0 + (self.dep.moe_tp - 1) * self.moe_slice)
+        sat = r / (r + self.moe_half) if self.moe_half > 0 else 1.0
+        return self._eff(r) * self.moe_ce * sat
+
+    def _roof(self, flops: float, peak: float, eff: float, nbytes: float, k: float = 0.0
+              ) -> tuple[float, float]:
+        """(compute_s, memory_s) of one kernel: the larger of the two, all counted on its side; with ``k`` > 0
+        the soft roofline ``(c^k + m^k)^(1/k)`` (compute and weight reads overlap imperfectly)."""
         tc, tm = flops / (peak * eff), nbytes / self.bw
-        return (tc, 0.0) if tc >= tm else (0.0, tm)
+        t = max(tc, tm) if k <= 0 else (tc**k + tm**k) ** (1.0 / k)
+        return (t, 0.0) if tc >= tm else (0.0, t)
 
     def _touched(self, n: float) -> float:
         """Expected distinct experts hit by ``n`` routed token-expert assignments."""
@@ -198,8 +214,9 @@ class RooflineCost:
         tc, tm = self._roof(
             2 * m.expert_params * n / tp * imb,
             self.peak_e,
-            self._eff(rows_e) * self.moe_ce * self.lp_e,
+            self._moe_eff(rows_e) * self.lp_e,
             per_gpu_experts * m.expert_params * self.eb / d.moe_tp,
+            self.moe_k,
         )
         c += tc
         mem += tm

@@ -82,3 +82,52 @@ def test_amd_decode_step_pays_a_measured_class_per_layer_overhead():
     cost = CostModel(parse_sim_target(spec))
     assert cost.layer_oh == pytest.approx(50e-6)
     assert cost.step(1, 128).time_s >= 6.2e-3
+
+
+# MoE constants refit on AIConfigurator 0.12 silicon step times (benchmarks/sim_fit_moe.py). Hand-picked check
+# steps (H200 rows: the fit used H100 and B200 only), silicon figures from benchmarks/data/sim_moe_grid.json.
+@pytest.mark.parametrize(("spec", "silicon_ms"), [
+    # gpt-oss-120b on 1 x H200, TensorRT-LLM, 512 decodes at 2K context: silicon 47.57 ms (the roofline
+    # priced 35.5 ms, -25%, before the refit: its mid-batch MoE step was too cheap).
+    ("gpt-oss-120b@1xh200,engine=trtllm", 47.57),
+    # Qwen3-235B BF16 on 8 x H200 TP8 (every expert sliced 8 ways), vLLM, 512 decodes at 2K: silicon 47.38 ms.
+    ("qwen3-235b-a22b@8xh200,tp=8,engine=vllm", 47.38),
+])
+def test_refit_moe_step_is_within_10_percent_of_silicon(spec, silicon_ms):
+    cost = CostModel(parse_sim_target(f"sim:{spec},backend=roofline,expert_skew=0"))
+    got = cost.step(512, 512 * 2048).time_s * 1e3
+    assert got == pytest.approx(silicon_ms, rel=0.10)
+
+
+def test_moe_efficiency_falls_with_few_tokens_per_expert_and_thin_tp_slices():
+    from dataclasses import replace
+    dep = parse_sim_target("sim:qwen3-235b-a22b@8xh200,tp=8,engine=vllm,backend=roofline,expert_skew=0")
+    fam = replace(dep.family, moe_compute_eff=0.5, moe_rows_half=8.0, moe_tp_slice_rows=0.0)
+    cost = CostModel(replace(dep, family=fam))
+    # dense curve at <= 64 rows is decode_compute_eff (0.45): 0.45 x 0.5 x r / (r + 8)
+    assert cost._moe_eff(8.0) == pytest.approx(0.45 * 0.5 * 0.5)
+    assert cost._moe_eff(24.0) == pytest.approx(0.45 * 0.5 * 0.75)
+    sliced = CostModel(replace(dep, family=replace(fam, moe_tp_slice_rows=1.0)))
+    # moe_tp = 8: 24 rows count as 24 / (1 + 7) = 3 -> 3 / 11 of the saturated efficiency
+    assert sliced._moe_eff(24.0) == pytest.approx(0.45 * 0.5 * 3 / 11)
+
+
+def test_soft_roofline_of_the_experts_is_between_max_and_sum():
+    from dataclasses import replace
+    dep = parse_sim_target("sim:gpt-oss-120b@1xh100,backend=roofline")
+    hard = CostModel(replace(dep, family=replace(dep.family, moe_roof_k=0.0)))
+    soft = CostModel(replace(dep, family=replace(dep.family, moe_roof_k=1.0)))
+    # k = 1 sums compute and weight reads; 0 takes the larger: hand-worked on one kernel
+    assert soft._roof(2e12, 1e15, 1.0, 0.0, 1.0) == (pytest.approx(2e-3), 0.0)
+    tc, tm = 2e-3, 1e9 / hard.bw
+    assert sum(soft._roof(2e12, 1e15, 1.0, 1e9, 1.0)) == pytest.approx(tc + tm)
+    assert sum(hard._roof(2e12, 1e15, 1.0, 1e9)) == pytest.approx(max(tc, tm))
+
+
+@pytest.mark.parametrize("value", [-1, "x", True])
+def test_moe_family_constants_must_be_non_negative_numbers(value, tmp_path):
+    from servelab.sim.catalog import _parse_family
+    e = {"compute_eff": 0.7, "decode_compute_eff": 0.45, "mem_eff": 0.7, "comm_eff": 0.7,
+         "step_overhead_us": 125, "layer_overhead_us": 50, "moe_rows_half": value}
+    with pytest.raises(TargetError, match="moe_rows_half"):
+        _parse_family("f", e, "families.f")

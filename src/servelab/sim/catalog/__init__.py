@@ -33,6 +33,14 @@ class Family:
     source: str = ""
     moe_compute_eff: float = 1.0  # grouped expert GEMMs relative to dense ones at the same rows per matrix
     lowp_compute_eff: float = 1.0  # FP8/FP4 GEMMs relative to BF16 ones (fraction of their own peak)
+    # MoE grouped GEMMs (benchmarks/sim_fit_moe.py): tokens per expert at which they reach half of
+    # moe_compute_eff (0: no extra small-batch penalty), how much TP-slicing an expert costs (its rows
+    # count as divided by 1 + (moe_tp - 1) * moe_tp_slice_rows), and the fixed time of one MoE layer.
+    moe_rows_half: float = 0.0
+    moe_tp_slice_rows: float = 0.0
+    moe_layer_overhead_us: float = 15.0
+    # Routed experts' compute and weight reads overlap imperfectly: time = (c^k + m^k)^(1/k); 0 = max(c, m).
+    moe_roof_k: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,6 +280,12 @@ def _parse_family(name: str, e: dict[str, Any], where: str) -> Family:
     for opt in ("moe_compute_eff", "lowp_compute_eff"):
         if opt in e:
             vals[opt] = _num(e[opt], f"{where}.{opt}")
+    for opt in ("moe_rows_half", "moe_tp_slice_rows", "moe_layer_overhead_us", "moe_roof_k"):
+        if opt in e:
+            v = e[opt]
+            if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
+                raise TargetError(f"{where}.{opt}: expected a number >= 0, got {v!r}")
+            vals[opt] = float(v)
     return Family(name=name, source=str(e.get("source", "")), **vals)  # type: ignore[arg-type]
 
 
