@@ -5,6 +5,12 @@ without think times, no earlier than its trace offset from the session start). W
 (mt-bench) the conversation grows: every earlier turn and answer is sent again. A sub-agent starts after
 the parent turn that spawned it, as long after that turn's answer as the trace says, and runs beside
 its parent; the job ends when the session and all its sub-agents have.
+
+Prompts are built ahead of their send time, never between the due time and the send (a 128k-token prompt
+costs ~35 ms when its blocks are new, which is the client's schedule lag if built when due): a session's
+next turn while it waits its think time, a sub-agent's first turn while it waits to start, and the first
+request of this shard's next unit as soon as the unit before it has sent (the first units before the run
+starts). Only the few words unique to the request (keyed by its request id) are added when it is sent.
 """
 
 from __future__ import annotations
@@ -20,7 +26,8 @@ from servelab.load.session import RequestIds
 from servelab.records.schema import CANCELLED, OK, RequestRecord, SessionRecord
 from servelab.records.sink import RecordSink
 from servelab.transport.base import ModelRequest, Transport, ended_record
-from servelab.workload.traces import TraceRequest, TraceSession, request_prompt
+from servelab.workload.traces import TraceRequest, TraceSession
+from servelab.workload.traces.prompts import PromptHead, finish_prompt, prompt_head
 from servelab.workload.traces.units import Unit
 
 S_OK, S_FAILED = "ok", "failed"
@@ -37,8 +44,9 @@ class ReplayOptions:
     seed: int = 0
     block_tokens: int | None = None
     profile: str = "replay"
-    id_start: int = 0  # this shard's first request id and the step between ids (unique across shards)
-    id_step: int = 1
+    id_start: int = 0  # this shard's first request id and the step between ids (unique across shards);
+    id_step: int = 1  # also this shard's first unit and the step between its units
+    prepare_units: int = 32  # first units' prompts built before the run (those due at the first instant)
 
 
 class ReplayPlayer:
@@ -54,20 +62,62 @@ class ReplayPlayer:
         self.ids = RequestIds(opts.id_start, opts.id_step)
         # sub-agents get session ids after the roots', interleaved across shards
         self.sids = itertools.count(len(units) + opts.id_start, opts.id_step)
+        self.unit_step = opts.id_step
+        self.ready: dict[int, PromptHead] = {}  # unit index -> its first request's prompt head
+        first = opts.id_start
+        if first < len(units):  # every unit due with this shard's first, and the one after them
+            t0 = units[first].start_ns
+            k = first
+            while k < len(units) and k < first + opts.prepare_units * opts.id_step:
+                self._prepare_unit(k)
+                k += opts.id_step
+                if units[k - opts.id_step].start_ns > t0:
+                    break
+
+    def _first_request(self, index: int) -> TraceRequest:
+        u = self.units[index]
+        if u.request is not None:
+            return u.request
+        assert u.session is not None
+        return u.session.requests[0]
+
+    def _head(self, r: TraceRequest) -> PromptHead | None:
+        """The prompt head of ``r`` (None when the trace gives the prompt text itself)."""
+        if r.prompt is not None:
+            return None
+        return prompt_head(r, seed=self.seed, block_tokens=self.block)
+
+    def _prepare_unit(self, index: int) -> None:
+        if index < len(self.units) and index not in self.ready:
+            head = self._head(self._first_request(index))
+            if head is not None:
+                self.ready[index] = head
+
+    def _text(self, r: TraceRequest, head: PromptHead | None, rid: int) -> str:
+        if head is None:
+            head = self._head(r)
+            if head is None:
+                assert r.prompt is not None
+                return r.prompt
+        return finish_prompt(head, r, seed=self.seed, tail_key=rid)
 
     async def job(self, index: int, intended_ns: int, warmup: bool) -> None:
         u = self.units[index]
+        head = self.ready.pop(index, None)
+        # the next unit's prompt, once this one's request is on its way (the loop runs it when this job
+        # first waits)
+        asyncio.get_running_loop().call_soon(self._prepare_unit, index + self.unit_step)
         if u.request is not None:
             r = u.request
             rid = self.ids.next()
-            text = request_prompt(r, seed=self.seed, block_tokens=self.block, tail_key=rid)
+            text = self._text(r, head, rid)
             rec = await self._send(
                 self._request(rid, r, text, None, intended_ns, warmup, -1, 0, r.input_tokens)
             )
             rec.output_text = ""
             return
         assert u.session is not None
-        await self._session(u.session, index, intended_ns, warmup)
+        await self._session(u.session, index, intended_ns, warmup, head)
 
     def _request(self, rid: int, r: TraceRequest, text: str | None, messages: list[dict[str, Any]] | None,
                  intended_ns: int, warmup: bool, sid: int, turn: int, est: int) -> ModelRequest:
@@ -93,7 +143,8 @@ class ReplayPlayer:
         self.sink.request(rec)
         return rec
 
-    async def _session(self, s: TraceSession, sid: int, start_ns: int, warmup: bool) -> None:
+    async def _session(self, s: TraceSession, sid: int, start_ns: int, warmup: bool,
+                       head: PromptHead | None = None) -> None:
         clock = self.clock
         rec = SessionRecord(
             session_id=sid, profile=s.label or self.profile, start_ns=clock.now(), warmup=warmup
@@ -109,6 +160,8 @@ class ReplayPlayer:
                      if c.spawn_after_turn is None]
             for k, r in enumerate(s.requests):
                 intended = self._turn_time(k, r, start_ns, first_t)
+                if k > 0 or head is None:
+                    head = self._head(r)  # ahead of the think time, not after it
                 t0 = clock.now()
                 if intended > t0:
                     await clock.sleep_until(intended)
@@ -119,8 +172,9 @@ class ReplayPlayer:
                     context += len(r.prompt.split())
                     req = self._request(rid, r, None, list(messages), intended, warmup, sid, k, context)
                 else:
-                    text = request_prompt(r, seed=self.seed, block_tokens=self.block, tail_key=rid)
+                    text = self._text(r, head, rid)
                     req = self._request(rid, r, text, None, intended, warmup, sid, k, r.input_tokens)
+                head = None
                 sent = clock.now()
                 out = await self._send(req)
                 rec.add_request(out, sent, clock.now())
@@ -172,9 +226,10 @@ class ReplayPlayer:
         sid = next(self.sids)
 
         async def run() -> None:
+            head = self._head(c.requests[0])  # before the wait to start, not after it
             if at_ns > self.clock.now():
                 await self.clock.sleep_until(at_ns)
-            await self._session(c, sid, at_ns, warmup)
+            await self._session(c, sid, at_ns, warmup, head)
 
         return asyncio.ensure_future(run())
 

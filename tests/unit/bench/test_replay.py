@@ -263,3 +263,58 @@ def test_the_progress_bar_of_a_replay_knows_its_end():
     agent = RunConfig.model_validate({"workload": {"kind": "agent", "profile": "coding-agent"},
                                       "load": {"concurrency": 16}, "limits": {"sessions": 16}})
     assert progress_extent(agent) == (None, 16, None, "agent run")
+
+
+def test_prompts_are_built_ahead_of_their_send_time_so_building_them_adds_no_lag(tmp_path, monkeypatch):
+    """A prompt block costs 10 ms of (scripted, virtual) CPU time to build: a 128k-token prompt's blocks cost
+    ~35 ms for real when new. Built between the due time and the send, that cost was every request's
+    schedule lag (35 ms on the first turn of a Claude Code replay over HTTP, INVALID at a 10 ms limit).
+    Built ahead (the first unit before the run, the next unit once the one before it has sent, a session's
+    next turn during its think time) the lag is 0 and each prompt is built once, with the same text."""
+    from servelab.workload.traces import prompts
+
+    clock_box: list[VirtualClock] = []
+    real = prompts.block_text
+    built: list[int] = []
+
+    def costly(h: int, b: int, seed: int = 0) -> str:
+        built.append(h)
+        if clock_box:
+            clock_box[0]._advance(10 * NS_PER_S // 1000)
+        return real.__wrapped__(h, b, seed)
+
+    monkeypatch.setattr(prompts, "block_text", costly)
+    rows = [{"t": 0.0, "input_tokens": 9, "output_tokens": 2, "session_id": "a", "hash_ids": [1, 2],
+             "block_tokens": 4},
+            {"t": 5.0, "input_tokens": 13, "output_tokens": 2, "session_id": "a", "think_time_s": 2.0,
+             "hash_ids": [1, 2, 3], "block_tokens": 4},
+            {"t": 3.0, "input_tokens": 8, "output_tokens": 2, "session_id": "b", "hash_ids": [7, 8],
+             "block_tokens": 4},
+            {"t": 4.0, "input_tokens": 4, "output_tokens": 2, "hash_ids": [9], "block_tokens": 4}]
+    cfg = _cfg(_jsonl(tmp_path, rows), "jsonl")
+    clock = VirtualClock()
+    clock_box.append(clock)
+    sink = Sink()
+
+    async def main():
+        tr = scripted(clock)
+        work = await replay_work(cfg, tr, clock, sink)
+        runner = Runner(clock, plan_for(cfg, work.count_hint, work.offsets_ns, work.extra_drain_s))
+        outcome = await runner.run(work.job)
+        return tr, work.summarize(sink, outcome)
+
+    tr, summary = clock.run(main)
+    assert len(tr.calls) == 4
+    assert [sent - r.intended_ns for sent, r in tr.calls] == [0, 0, 0, 0]
+    assert summary["replay"]["lag_ms_p99"] == 0
+    # hand-worked: session a turn 0 at 0, its turn 1 2 s after its answer (0.5 s), b at 3 s, the request at 4
+    assert sorted(r.intended_ns - tr.calls[0][1].intended_ns for _, r in tr.calls) == [
+        0, 5 * NS_PER_S // 2, 3 * NS_PER_S, 4 * NS_PER_S]
+    assert sorted(built) == [1, 1, 2, 2, 3, 7, 8, 9]  # once per block of each prompt, nothing built twice
+    # the text is the one request_prompt gives (blocks, then filler keyed by the request id)
+    monkeypatch.setattr(prompts, "block_text", real)
+    trace = prepare_trace(cfg.workload, cfg.seed)
+    by_len = {r.input_tokens: r for r in trace.requests}
+    for _, r in tr.calls:
+        want = prompts.request_prompt(by_len[r.est_prompt_tokens], seed=cfg.seed, tail_key=r.request_id)
+        assert r.text() == want

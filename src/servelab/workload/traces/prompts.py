@@ -18,6 +18,7 @@ Word ``j`` of block ``h`` depends only on ``(seed, h, j)`` (a splitmix64 counter
 from __future__ import annotations
 
 import zlib
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -80,15 +81,17 @@ def _request_key(req: TraceRequest) -> int:
     return zlib.crc32(ident) | (len(ident) << 32)
 
 
-def request_prompt(req: TraceRequest, *, seed: int = 0, block_tokens: int | None = None,
-                   tail_key: int | None = None) -> str:
-    """The prompt to send for ``req``: its real text when the trace has it, else its hash-id blocks in
-    order (the last one cut to the tokens left) followed by filler unique to the request up to
-    ``input_tokens`` words. ``block_tokens`` is used when the request does not carry its own;
-    ``tail_key`` overrides the per-request identity of the filler (pass a unique index when requests may
-    coincide in session, turn, time and length)."""
-    if req.prompt is not None:
-        return req.prompt
+@dataclass(frozen=True, slots=True)
+class PromptHead:
+    """The costly part of a request's prompt, built ahead of its send: the hash-id blocks joined, and how
+    many words of request-unique filler still follow them (:func:`finish_prompt` adds those)."""
+
+    text: str
+    tail_words: int
+
+
+def prompt_head(req: TraceRequest, *, seed: int = 0, block_tokens: int | None = None) -> PromptHead:
+    """The hash-id blocks of ``req`` in order (the last one cut to the tokens left) and the words left."""
     parts: list[str] = []
     left = req.input_tokens
     if req.hash_ids:
@@ -104,7 +107,28 @@ def request_prompt(req: TraceRequest, *, seed: int = 0, block_tokens: int | None
             else:
                 parts.append(_words(_key(0, seed, h), left))
                 left = 0
-    if left > 0:
-        key = _request_key(req) if tail_key is None else tail_key
-        parts.append(_words(_key(_TAIL_LANE, seed, key), left))
-    return " ".join(parts)
+    return PromptHead(" ".join(parts), max(0, left))
+
+
+def finish_prompt(head: PromptHead, req: TraceRequest, *, seed: int = 0, tail_key: int | None = None) -> str:
+    """``head`` followed by the filler unique to the request (``tail_key``: as in :func:`request_prompt`)."""
+    if head.tail_words <= 0:
+        return head.text
+    key = _request_key(req) if tail_key is None else tail_key
+    tail = _words(_key(_TAIL_LANE, seed, key), head.tail_words)
+    return f"{head.text} {tail}" if head.text else tail
+
+
+def request_prompt(req: TraceRequest, *, seed: int = 0, block_tokens: int | None = None,
+                   tail_key: int | None = None) -> str:
+    """The prompt to send for ``req``: its real text when the trace has it, else its hash-id blocks in
+    order (the last one cut to the tokens left) followed by filler unique to the request up to
+    ``input_tokens`` words. ``block_tokens`` is used when the request does not carry its own;
+    ``tail_key`` overrides the per-request identity of the filler (pass a unique index when requests may
+    coincide in session, turn, time and length). The same text as :func:`finish_prompt` of
+    :func:`prompt_head`, which a replay builds in two halves: the blocks ahead of the send time, the
+    filler at it."""
+    if req.prompt is not None:
+        return req.prompt
+    return finish_prompt(prompt_head(req, seed=seed, block_tokens=block_tokens), req, seed=seed,
+                         tail_key=tail_key)
