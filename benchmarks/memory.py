@@ -138,18 +138,19 @@ from servelab.analysis.evidence import run_evidence
 from servelab.analysis.summary import summarize_batches
 from servelab.config import RunConfig, validate
 from servelab.records.merge import merge_journals
-from servelab.records.stream import iter_tables
+from servelab.records.stream import iter_tables, system_arrow_pool
 d, mode = Path(sys.argv[1]), sys.argv[2]
 cfg = validate(RunConfig, {"target": {"url": "http://127.0.0.1:1/v1", "model": "m"},
                "load": {"concurrency": 64}, "telemetry": {"enabled": False}})
-_enter("merge")
-n_req, _ = merge_journals(d)
-_enter("summary")
-rp = d / "requests.parquet"
-s = summarize_batches(iter_tables(rp, TABLE_COLUMNS), cfg, started_ns=0, ended_ns=1, mode=mode)
-_enter("evidence")
-run_evidence(iter_tables(rp, ("status", "warmup", "srv_queue_ns", "srv_preempted_ns")), s, {})
-_enter("rest")
+with system_arrow_pool():  # as finish_run does
+    _enter("merge")
+    n_req, _ = merge_journals(d)
+    _enter("summary")
+    rp = d / "requests.parquet"
+    s = summarize_batches(iter_tables(rp, TABLE_COLUMNS), cfg, started_ns=0, ended_ns=1, mode=mode)
+    _enter("evidence")
+    run_evidence(iter_tables(rp, ("status", "warmup", "srv_queue_ns", "srv_preempted_ns")), s, {})
+    _enter("rest")
 m = s["metrics"]["itl_ms"]
 _result(wall_s=time.perf_counter() - t0, ok=s["requests"]["ok"], itl_n=m["n"], itl_p50=m["p50"],
         sketched=m["n"] > 262144)

@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from servelab.analysis.columns import TABLE_COLUMNS
 from servelab.analysis.evidence import run_evidence
@@ -26,9 +25,9 @@ from servelab.records.hygiene import retire_journals
 from servelab.records.journal import REQUESTS_JOURNAL, SESSIONS_JOURNAL, Journal, read_journal, shard_name
 from servelab.records.manifest import redact, utc_now_iso
 from servelab.records.merge import issued_indices, merge_journals
-from servelab.records.rundir import write_json
+from servelab.records.rundir import read_parquet, write_json
 from servelab.records.schema import CANCELLED, SessionRecord
-from servelab.records.stream import iter_tables, read_columns
+from servelab.records.stream import iter_tables, read_columns, system_arrow_pool
 from servelab.records.telemetry import write_telemetry
 from servelab.transport.base import lost_record
 
@@ -58,7 +57,7 @@ class RunTables:
     @property
     def requests(self) -> pa.Table:
         if self._requests is None:
-            self._requests = pq.read_table(self.requests_path)
+            self._requests = read_parquet(self.requests_path)
         return self._requests
 
 
@@ -166,6 +165,12 @@ def _worker_lag_reasons(table: pa.Table, shards: list[ShardOutcome], max_lag_ms:
 def finish_run(spec: RunSpec, shards: list[ShardOutcome], manifest: dict[str, Any], *, report: bool = True,
                coord_mono_minus_wall: int = 0) -> RunResult:
     """Merge, summarise and write the run from its shards' outcomes (some may have failed)."""
+    with system_arrow_pool():
+        return _finish_run(spec, shards, manifest, report=report, coord_mono_minus_wall=coord_mono_minus_wall)
+
+
+def _finish_run(spec: RunSpec, shards: list[ShardOutcome], manifest: dict[str, Any], *, report: bool,
+                coord_mono_minus_wall: int) -> RunResult:
     cfg, run_dir = spec.config, spec.run_dir
     _land_remote_journals(spec, shards)
     live_start = min((s.outcome.started_ns for s in shards if s.outcome is not None), default=None)
@@ -174,7 +179,7 @@ def finish_run(spec: RunSpec, shards: list[ShardOutcome], manifest: dict[str, An
     outcome = merge_outcomes([s.outcome for s in shards if s.outcome is not None])
     outcome.cancelled_in_flight += sum(dead.values())
     rp, sp = run_dir / "requests.parquet", run_dir / "sessions.parquet"
-    tables = RunTables(rp, pq.read_table(sp) if sp.exists() else None)
+    tables = RunTables(rp, read_parquet(sp) if sp.exists() else None)
     extra: dict[str, Any] = {
         "stopped_by": outcome.stopped_by,
         "cancelled_in_flight": outcome.cancelled_in_flight,
