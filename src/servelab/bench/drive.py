@@ -84,6 +84,7 @@ def drive_shard(spec: RunSpec, shard: int, control: ShardControl | None = None) 
                 control.described(res.target_facts)
             work = await prepare_work(cfg, transport, clock, sink, probe)
             res.work, res.facts = work, dict(work.facts)
+            await _pin_model(transport, probe)
             plan = shard_plan(
                 work.plan or plan_for(cfg, work.count_hint, work.offsets_ns, work.extra_drain_s),
                 shard,
@@ -108,6 +109,14 @@ def drive_shard(spec: RunSpec, shard: int, control: ShardControl | None = None) 
         res.mono_minus_wall_ns = time.monotonic_ns() - time.time_ns()
     res.live = live.take() if control.remote else None
     return res
+
+
+async def _pin_model(transport: Any, probe: Any) -> None:
+    """Tell an HTTP transport its model before the run: left to the first send, the lookup (a GET /models
+    on a new connection, ~5 ms on loopback) was that request's schedule lag, inside the measured run."""
+    use = getattr(transport, "use_model", None)
+    if use is not None:
+        use(await probe.resolve_model())
 
 
 async def _barrier(control: ShardControl, clock: Clock) -> None:
