@@ -112,7 +112,7 @@ def _ranked_percentile_replicates(a: np.ndarray, percentiles: Sequence[float], r
     wanted = np.unique(np.concatenate([lo, hi]))
     rows = max(1, _CHUNK_ELEMENTS // m)
     # rows counted at once: a row's running counts hold n int64 (two arrays of them at the peak), so a block
-    # of all ``rows`` held 2 x rows x n x 8 bytes (67 MB at n = 10,000, 268 MB at 40,000); ~2 MiB a block
+    # of all ``rows`` held 2 x rows x n x 8 bytes (33 MB at n = 10,000, 134 MB at 40,000); ~2 MiB a block
     block = max(1, _COUNT_ELEMENTS // n)
     reps = np.empty((resamples, len(q)), dtype=np.float64)
     done = 0
