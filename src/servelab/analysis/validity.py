@@ -166,29 +166,52 @@ def offered_vs_achieved(intended_ns: np.ndarray, end_ns: np.ndarray,
     n = int(keep.sum())
     if n < MIN_OPEN_LOOP_SAMPLE:
         return None
+    # The same arithmetic as ever, in fewer live float64 copies (8 bytes a request each; 52-56 bytes a
+    # request at the peak before, 35-41 now): results computed in place where an expression made a new
+    # array, ``t - mean`` and ``lat - mean`` made once, the median and the window counted before the fit,
+    # and each array let go when its last use is done.
     sched = np.asarray(intended_ns if scheduled_ns is None else scheduled_ns, dtype=np.float64)
     sched = sched[np.isfinite(sched)]
-    t0 = min(float(sched.min()), float(intended_ns[keep].min())) if sched.size else intended_ns[keep].min()
-    t = (intended_ns[keep] - t0) / 1e9
-    st = (sched - t0) / 1e9 if sched.size else t
-    lat = (end_ns[keep] - intended_ns[keep]) / 1e9
+    t = intended_ns[keep]
+    t0 = min(float(sched.min()), float(t.min())) if sched.size else t.min()
+    lat = end_ns[keep]
+    del keep
+    lat -= t
+    lat /= 1e9
+    t -= t0
+    t /= 1e9
+    if sched.size:
+        sched -= t0
+        sched /= 1e9
+    st = sched if sched.size else t
     span = float(max(st.max(), t.max()))
-    sxx = float(((t - t.mean()) ** 2).sum())
+    n_sched = st.size
+    lmed = float(np.median(lat))
+    window: dict[str, Any] = {}
+    if span > 0 and span - lmed >= 0.25 * span:
+        sent_w = int((st <= span - lmed).sum())
+        ended = t + lat
+        done_w = int(((ended >= lmed) & (ended <= span)).sum())
+        del ended
+        if sent_w >= MIN_OPEN_LOOP_SAMPLE:
+            window = {"window_fraction": done_w / sent_w, "window_sent": sent_w, "window_done": done_w}
+    del sched, st
+    dt = t
+    dt -= t.mean()  # t - t.mean(), in t's own buffer
+    sxx = float((dt ** 2).sum())
     if span <= 0 or sxx <= 0:
         return None
-    slope = float(((t - t.mean()) * (lat - lat.mean())).sum() / sxx)
-    resid = lat - lat.mean() - slope * (t - t.mean())
-    se = float(np.sqrt((resid ** 2).sum() / (n - 2) / sxx))
-    offered = (max(st.size, n) - 1) / span
-    lmed = float(np.median(lat))
+    dl = lat
+    dl -= lat.mean()  # lat - lat.mean()
+    slope = float((dt * dl).sum() / sxx)
+    dl -= slope * dt  # the residuals
+    se = float(np.sqrt((dl ** 2).sum() / (n - 2) / sxx))
+    del dt, dl, t, lat
+    offered = (max(n_sched, n) - 1) / span
     out: dict[str, Any] = {"offered_rps": offered, "send_span_s": span, "median_latency_s": lmed,
                            "latency_growth": slope, "latency_growth_se": se,
                            "growth_fraction": 1.0 / (1.0 + max(slope, -0.5)), "window_fraction": None}
-    if span - lmed >= 0.25 * span:
-        sent_w = int((st <= span - lmed).sum())
-        done_w = int(((t + lat >= lmed) & (t + lat <= span)).sum())
-        if sent_w >= MIN_OPEN_LOOP_SAMPLE:
-            out.update(window_fraction=done_w / sent_w, window_sent=sent_w, window_done=done_w)
+    out.update(window)
     fractions = [out["growth_fraction"]] + (
         [out["window_fraction"]] if out["window_fraction"] is not None else []
     )
