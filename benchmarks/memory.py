@@ -138,13 +138,14 @@ from servelab.analysis.evidence import run_evidence
 from servelab.analysis.summary import summarize_batches
 from servelab.config import RunConfig, validate
 from servelab.records.merge import merge_journals
-from servelab.records.stream import iter_tables, system_arrow_pool
+from servelab.records.stream import arrow_pool_restored, iter_tables, use_system_arrow_pool
 d, mode = Path(sys.argv[1]), sys.argv[2]
 cfg = validate(RunConfig, {"target": {"url": "http://127.0.0.1:1/v1", "model": "m"},
                "load": {"concurrency": 64}, "telemetry": {"enabled": False}})
-with system_arrow_pool():  # as finish_run does
+with arrow_pool_restored():  # as finish_run does: the merge on Arrow's default pool, the rest on malloc
     _enter("merge")
     n_req, _ = merge_journals(d)
+    use_system_arrow_pool()
     _enter("summary")
     rp = d / "requests.parquet"
     s = summarize_batches(iter_tables(rp, TABLE_COLUMNS), cfg, started_ns=0, ended_ns=1, mode=mode)

@@ -27,7 +27,7 @@ from servelab.records.manifest import redact, utc_now_iso
 from servelab.records.merge import issued_indices, merge_journals
 from servelab.records.rundir import read_parquet, write_json
 from servelab.records.schema import CANCELLED, SessionRecord
-from servelab.records.stream import iter_tables, read_columns, system_arrow_pool
+from servelab.records.stream import arrow_pool_restored, iter_tables, read_columns, use_system_arrow_pool
 from servelab.records.telemetry import write_telemetry
 from servelab.transport.base import lost_record
 
@@ -165,7 +165,7 @@ def _worker_lag_reasons(table: pa.Table, shards: list[ShardOutcome], max_lag_ms:
 def finish_run(spec: RunSpec, shards: list[ShardOutcome], manifest: dict[str, Any], *, report: bool = True,
                coord_mono_minus_wall: int = 0) -> RunResult:
     """Merge, summarise and write the run from its shards' outcomes (some may have failed)."""
-    with system_arrow_pool():
+    with arrow_pool_restored():
         return _finish_run(spec, shards, manifest, report=report, coord_mono_minus_wall=coord_mono_minus_wall)
 
 
@@ -176,6 +176,7 @@ def _finish_run(spec: RunSpec, shards: list[ShardOutcome], manifest: dict[str, A
     live_start = min((s.outcome.started_ns for s in shards if s.outcome is not None), default=None)
     dead = {s.shard: _record_dead_shard(spec, s, live_start) for s in shards if s.outcome is None}
     n_req, n_ses = merge_journals(run_dir, _shifts(spec, shards, coord_mono_minus_wall))
+    use_system_arrow_pool()  # the summary, evidence and report on the C library's allocator
     outcome = merge_outcomes([s.outcome for s in shards if s.outcome is not None])
     outcome.cancelled_in_flight += sum(dead.values())
     rp, sp = run_dir / "requests.parquet", run_dir / "sessions.parquet"

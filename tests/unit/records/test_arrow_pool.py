@@ -1,5 +1,6 @@
-"""The end of a run allocates Arrow memory from the C library (freed memory goes back to the system for the
-summary and report that follow), and reads whole Parquet files without loading pyarrow.dataset."""
+"""The end of a run merges on Arrow's default pool, then allocates from the C library (what the merge left
+free goes back to the system) for the summary and report, and reads whole Parquet files without loading
+pyarrow.dataset."""
 
 import subprocess
 import sys
@@ -7,33 +8,43 @@ import sys
 import pyarrow as pa
 
 import servelab.bench.finish as finish
-from servelab.records.stream import system_arrow_pool
+from servelab.records.stream import arrow_pool_restored, use_system_arrow_pool
 
 
-def test_system_pool_inside_and_the_pool_before_restored():
+def test_system_pool_after_the_switch_and_the_pool_before_restored():
     before = pa.default_memory_pool().backend_name
-    with system_arrow_pool():
+    with arrow_pool_restored():
+        use_system_arrow_pool()
         assert pa.default_memory_pool().backend_name == "system"
     assert pa.default_memory_pool().backend_name == before
 
 
-def test_finish_run_summarises_on_the_system_pool(monkeypatch):
+def test_finish_run_merges_on_the_default_pool_and_goes_on_on_the_system_pool(monkeypatch, tmp_path):
+    default = pa.default_memory_pool().backend_name
     seen = []
 
     class Stop(Exception):
         pass
 
-    def fake(*a, **k):
-        seen.append(pa.default_memory_pool().backend_name)
+    def merge(*a, **k):
+        seen.append(("merge", pa.default_memory_pool().backend_name))
+        return 0, 0
+
+    def after(*a, **k):  # the next step after the merge
+        seen.append(("after", pa.default_memory_pool().backend_name))
         raise Stop
 
-    monkeypatch.setattr(finish, "_finish_run", fake, raising=False)
-    monkeypatch.setattr(finish, "merge_journals", fake)  # the first thing finish_run did before
+    class Spec:
+        config, run_dir, workers = None, tmp_path, 1
+
+    monkeypatch.setattr(finish, "merge_journals", merge)
+    monkeypatch.setattr(finish, "merge_outcomes", after)
     try:
-        finish.finish_run(None, [], {})  # type: ignore[arg-type]
-    except (Stop, AttributeError):
+        finish.finish_run(Spec(), [], {})  # type: ignore[arg-type]
+    except Stop:
         pass
-    assert seen == ["system"]
+    assert seen == [("merge", default), ("after", "system")]
+    assert pa.default_memory_pool().backend_name == default
 
 
 def test_reading_a_run_does_not_load_pyarrow_dataset(tmp_path):
