@@ -19,21 +19,24 @@ def metrics_url_for(base_url: str) -> str:
 
 
 class HttpMetrics:
-    """GET a Prometheus page with a short timeout (aiohttp; not a hot path). aiohttp is imported when the
-    first page is fetched: a run that scrapes no HTTP page (telemetry off, the simulator) never loads it
-    (10 MB of RSS, 0.1 s)."""
+    """GET a Prometheus page with a short timeout (aiohttp; not a hot path). aiohttp is imported when a page
+    source is made: a run that scrapes no HTTP page (telemetry off, the simulator) never loads it (10 MB of
+    RSS, 0.1 s). Not on the first fetch: that runs on the event loop during the load, and a 0.1 s import
+    there is timer lag that makes the run INVALID (it did, against vLLM, 2 runs in 3)."""
 
     def __init__(self, url: str, headers: dict[str, str] | None = None, timeout_s: float = 5.0) -> None:
         self.url = url
         self.headers = headers or {}
-        self._timeout_s = timeout_s
+        import aiohttp  # here, before the load starts (see above)
+
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session: aiohttp.ClientSession | None = None
 
     async def __call__(self) -> str:
         if self._session is None:
-            import aiohttp
+            import aiohttp  # already loaded by __init__
 
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self._timeout_s))
+            self._session = aiohttp.ClientSession(timeout=self._timeout)
         async with self._session.get(self.url, headers=self.headers) as r:
             if r.status != 200:
                 raise RuntimeError(f"GET {self.url} answered HTTP {r.status}")

@@ -28,3 +28,12 @@ def test_http_metrics_fetches_with_aiohttp_when_first_called():
             await m.aclose()
 
     assert asyncio.run(go()).startswith("aiohttp")
+
+
+def test_aiohttp_is_loaded_when_the_source_is_made_not_on_the_loop_at_the_first_fetch():
+    # The first fetch runs on the event loop during the load: importing aiohttp there (~0.1 s) was timer
+    # lag that made real-engine runs INVALID. Making the source (before the load starts) loads it.
+    code = ("import sys; from servelab.telemetry.sources import HttpMetrics; "
+            "HttpMetrics('http://127.0.0.1:9/metrics'); print('aiohttp' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True"
