@@ -26,7 +26,7 @@ from servelab.records.journal import REQUESTS_JOURNAL, SESSIONS_JOURNAL, Journal
 from servelab.records.manifest import redact, utc_now_iso
 from servelab.records.merge import issued_indices, merge_journals
 from servelab.records.rundir import read_parquet, write_json
-from servelab.records.schema import CANCELLED, SessionRecord
+from servelab.records.schema import lost_session
 from servelab.records.stream import arrow_pool_restored, iter_tables, read_columns, use_system_arrow_pool
 from servelab.records.telemetry import write_telemetry
 from servelab.transport.base import lost_record
@@ -102,8 +102,7 @@ def _record_dead_shard(spec: RunSpec, s: ShardOutcome, started_ns: int | None = 
             t = last if last is not None else started_ns or 0
             for i in started:
                 if i not in done:
-                    j.write_session(SessionRecord(session_id=i, worker=s.shard, status=CANCELLED, start_ns=t,
-                                                  error=why))
+                    j.write_session(lost_session(i, s.shard, t, why))
                     n += 1
         else:
             done, last = _heard_from(spec, s.shard, REQUESTS_JOURNAL, "request_id",

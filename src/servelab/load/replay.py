@@ -23,7 +23,7 @@ from typing import Any
 
 from servelab.clock import NS_PER_S, Clock
 from servelab.load.session import RequestIds
-from servelab.records.schema import CANCELLED, OK, RequestRecord, SessionRecord
+from servelab.records.schema import CANCELLED, OK, RequestRecord, started_session
 from servelab.records.sink import RecordSink
 from servelab.transport.base import ModelRequest, Transport, ended_record
 from servelab.workload.traces import TraceRequest, TraceSession
@@ -146,9 +146,7 @@ class ReplayPlayer:
     async def _session(self, s: TraceSession, sid: int, start_ns: int, warmup: bool,
                        head: PromptHead | None = None) -> None:
         clock = self.clock
-        rec = SessionRecord(
-            session_id=sid, profile=s.label or self.profile, start_ns=clock.now(), warmup=warmup
-        )
+        rec = started_session(sid, s.label or self.profile, clock.now(), warmup)
         subs: list[asyncio.Task[None]] = []
         messages: list[dict[str, Any]] = []  # the growing conversation of a session with real prompt text
         context = 0

@@ -25,7 +25,14 @@ from typing import Any
 
 from servelab.clock import NS_PER_S, Clock
 from servelab.errors import ConfigError
-from servelab.records.schema import CANCELLED, OK, TIMEOUT, RequestRecord, SessionRecord
+from servelab.records.schema import (
+    CANCELLED,
+    OK,
+    TIMEOUT,
+    RequestRecord,
+    SessionRecord,
+    started_session,
+)
 from servelab.transport.base import ModelRequest, Transport, ended_record
 from servelab.workload.agent import Action, ModelTurn, SessionPlan, TextSource, Think
 
@@ -110,9 +117,7 @@ class _Session:
         self.warmup = warmup
         now = clock.now()
         self.intended_ns = now if intended_ns is None else intended_ns
-        self.rec = SessionRecord(
-            session_id=plan.session_id, profile=plan.profile, start_ns=now, warmup=warmup
-        )
+        self.rec = started_session(plan.session_id, plan.profile, now, warmup)
         d = plan.policy.deadline_s
         self.deadline_ns = None if d is None else self.intended_ns + int(d * NS_PER_S)
         self.messages: list[dict[str, Any]] = []

@@ -174,6 +174,19 @@ class SessionRecord:
         self.cached_tokens += r.usage_cached_tokens or 0
 
 
+def started_session(session_id: int, profile: str, start_ns: int, warmup: bool) -> SessionRecord:
+    """The record of a session that starts now (an agent task or a replayed conversation): its executor
+    counts into it as the session runs and sets its status and end when it ends."""
+    return SessionRecord(session_id=session_id, profile=profile, start_ns=start_ns, warmup=warmup)
+
+
+def lost_session(session_id: int, worker: int, start_ns: int, why: str) -> SessionRecord:
+    """The record of a session a dead worker had started and never finished: cancelled, dated at the time
+    the worker was last heard from, ``why`` naming the death."""
+    return SessionRecord(session_id=session_id, worker=worker, status=SessionStatus.CANCELLED,
+                         start_ns=start_ns, error=why)
+
+
 SESSION_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(SessionRecord))
 
 

@@ -1,10 +1,18 @@
-"""Records are built in one place (transport.base): a request's record before it is sent, one the client
-ended (cancelled, cut by a session timeout), one for a job that raised in the client, and one a dead worker
-had in flight."""
+"""Records are built in one place: request records in transport.base (a request's record before it is sent,
+one the client ended (cancelled, cut by a session timeout), one for a job that raised in the client, and one a
+dead worker had in flight), session records in records.schema (a session starting, one a dead worker had
+started)."""
 
 import inspect
 
-from servelab.records.schema import CANCELLED, CLIENT_ERROR, TIMEOUT
+from servelab.records.schema import (
+    CANCELLED,
+    CLIENT_ERROR,
+    TIMEOUT,
+    SessionStatus,
+    lost_session,
+    started_session,
+)
 from servelab.transport.base import ModelRequest, client_error_record, ended_record, lost_record
 
 
@@ -37,9 +45,25 @@ def test_a_lost_record_knows_its_id_worker_and_when_its_worker_was_last_heard_fr
     assert r.error == "worker 1 (h) died with this in flight: exit -9"
 
 
+def test_a_started_session_has_its_id_profile_start_and_warmup_and_counts_nothing_yet():
+    s = started_session(7, "coding-agent", 12_000, True)
+    assert (s.session_id, s.profile, s.start_ns, s.warmup) == (7, "coding-agent", 12_000, True)
+    assert (s.worker, s.status, s.end_ns, s.error) == (0, SessionStatus.CANCELLED, None, None)
+    assert (s.requests, s.turns, s.model_ns, s.input_tokens) == (0, 0, 0, 0)
+
+
+def test_a_lost_session_knows_its_id_worker_and_when_its_worker_was_last_heard_from():
+    s = lost_session(4, 2, 15_000, "worker 2 (h) died with this in flight: exit -9")
+    assert (s.session_id, s.worker, s.status, s.start_ns, s.end_ns) == (4, 2, "cancelled", 15_000, None)
+    assert (s.profile, s.warmup, s.requests) == ("", False, 0)
+    assert s.error == "worker 2 (h) died with this in flight: exit -9"
+
+
 def test_no_executor_builds_a_record_field_by_field():
     from servelab.bench import finish, job_errors, mix, single
     from servelab.load import replay, session
 
     for mod in (session, replay, single, job_errors, mix, finish):
-        assert "RequestRecord(" not in inspect.getsource(mod), mod.__name__
+        src = inspect.getsource(mod)
+        assert "RequestRecord(" not in src, mod.__name__
+        assert "SessionRecord(" not in src, mod.__name__
