@@ -71,7 +71,9 @@ class Runner:
         self.plan = plan
         self._stop = asyncio.Event()
         self._interrupted = False
-        self._tasks: set[asyncio.Task[None]] = set()
+        # jobs in flight in start order (a dict as an ordered set): what is cancelled at the end is cancelled
+        # in that order, so the same seed gives the same records (a set's order follows memory addresses)
+        self._tasks: dict[asyncio.Task[None], None] = {}
         self._next = 0
         self._cancelled_on_interrupt = 0
         self._on_job_error = on_job_error
@@ -122,11 +124,11 @@ class Runner:
         self, job: Job, index: int, intended_ns: int, warm: bool, out: RunOutcome
     ) -> asyncio.Task[None]:
         task = asyncio.ensure_future(job(index, intended_ns, warm))
-        self._tasks.add(task)
+        self._tasks[task] = None
         out.issued += 1
 
         def _done(t: asyncio.Task[None]) -> None:
-            self._tasks.discard(t)
+            self._tasks.pop(t, None)
             if t.cancelled():
                 return
             out.completed += 1
@@ -226,32 +228,34 @@ class Runner:
     async def _run_inline(self, me: asyncio.Task[None], job: Job, index: int, intended_ns: int, warm: bool,
                           out: RunOutcome) -> None:
         """Run one job in the calling worker task, with the bookkeeping ``_spawn`` gives a job's task."""
-        self._tasks.add(me)
+        self._tasks[me] = None
         out.issued += 1
         try:
             await job(index, intended_ns, warm)
         except asyncio.CancelledError:
-            self._tasks.discard(me)
+            self._tasks.pop(me, None)
             raise  # cancelled (an interrupt, a drain timeout, a fatal error elsewhere): this user stops
         except Exception as exc:  # noqa: BLE001 - handed on exactly as a job task's exception is
-            self._tasks.discard(me)
+            self._tasks.pop(me, None)
             out.completed += 1
             self._job_failed(index, intended_ns, warm, exc, out)
             return
-        self._tasks.discard(me)
+        self._tasks.pop(me, None)
         out.completed += 1
 
     async def _drain(self, out: RunOutcome) -> None:
         if not self._tasks:
             return
-        pending = set(self._tasks)
+        in_flight = list(self._tasks)  # in start order
+        pending = set(in_flight)
         if not self._interrupted and self.plan.drain_timeout_s > 0:
             _, pending = await asyncio.wait(pending, timeout=self.plan.drain_timeout_s)
         if pending:
-            out.cancelled_in_flight += len(pending)
-            for t in pending:
+            left = [t for t in in_flight if t in pending]
+            out.cancelled_in_flight += len(left)
+            for t in left:
                 t.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+            await asyncio.gather(*left, return_exceptions=True)
 
     async def _watch_loop(self, out: RunOutcome, period_s: float = 0.05) -> None:
         """Measure event-loop saturation: how late a periodic timer fires."""

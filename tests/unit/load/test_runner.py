@@ -115,3 +115,18 @@ def test_closed_loop_think_time_stops_at_the_deadline():
     out, log = _run(RunPlan(concurrency=1, duration_s=2.5, think_time_s=10.0), lambda i: 1.0)
     assert [x[1] for x in log] == ["ok"] and out.issued == 1 and out.stopped_by == "duration"
     assert out.ended_ns == int(2.5 * NS_PER_S)  # the think pause is cut at the deadline, nothing in flight
+
+
+@pytest.mark.parametrize("mode", ["closed", "open"])
+def test_jobs_cut_at_the_end_are_cancelled_in_the_order_they_started(mode):
+    # 64 jobs still running when the drain ends: each records its cancellation, so the order is what the
+    # records get. In start order every time (a set of tasks cancelled them in memory-address order,
+    # which changed the same seed's session order and the last digit of time_split).
+    n = 64
+    if mode == "closed":
+        plan = RunPlan(concurrency=n, duration_s=1, drain_timeout_s=0.5)
+    else:
+        plan = RunPlan(offsets_ns=[i * 1000 for i in range(n)], duration_s=1, drain_timeout_s=0.5)
+    out, log = _run(plan, lambda i: 100.0)
+    cancelled = [i for i, what, *_ in log if what == "cancelled"]
+    assert out.cancelled_in_flight == n and cancelled == list(range(n))
