@@ -406,3 +406,61 @@ async def test_tls_with_and_without_verification(tmp_path):
         await runner.cleanup()
     assert recs[0].status == "ok" and recs[0].output_text == "t0t1"
     assert recs[1].status == "disconnected" and "certificate" in recs[1].error.lower()
+
+
+async def test_warm_opens_idle_connections_the_first_sends_reuse(server):
+    """``warm`` (called before a run starts) opens the connections, so the first sends connect nothing."""
+    t = _transport(server)  # concurrency 4: at most 4 kept idle
+    try:
+        assert await t.warm(8) == 4 and t.connections_opened == 4
+        assert await t.warm(2) == 4 and t.connections_opened == 4  # already warm: nothing more opened
+        recs = await asyncio.gather(*(t.send(_req({"tokens": 2}, rid=i)) for i in range(4)))
+    finally:
+        await t.aclose()
+    assert [r.status for r in recs] == ["ok"] * 4 and t.connections_opened == 4
+
+
+async def test_warm_against_a_closed_port_opens_nothing_and_raises_nothing():
+    t = HttpTransport(TargetConfig(url="http://127.0.0.1:9/v1", model="m"), WallClock(use_uvloop=False),
+                      concurrency=2)
+    try:
+        assert await t.warm(2) == 0 and t.connections_opened == 0
+    finally:
+        await t.aclose()
+
+
+async def test_a_warm_connection_the_server_drops_unanswered_is_resent_once():
+    """A connection opened ahead may be closed by the server before it is used, like any idle keep-alive
+    one: the request it drops unanswered is resent once on a fresh connection (before ``was_idle`` it
+    was only resent on a connection that had carried an earlier answer: 'disconnected')."""
+    body = orjson.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"},
+                                      "finish_reason": "stop"}],
+                         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+    answer = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+              + body)
+    accepted = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)
+        await reader.read(1)  # the request's first bytes
+        if len(accepted) == 1:  # the warm connection: dropped without an answer
+            writer.transport.abort()
+            return
+        writer.write(answer)
+        await writer.drain()
+
+    srv = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = srv.sockets[0].getsockname()[1]
+    t = HttpTransport(TargetConfig(url=f"http://127.0.0.1:{port}/v1", model="m"),
+                      WallClock(use_uvloop=False), concurrency=1)
+    try:
+        assert await t.warm(1) == 1
+        rec = await t.send(_req(stream=False))
+    finally:
+        await t.aclose()
+        for w in accepted:
+            w.close()
+        srv.close()
+        await srv.wait_closed()
+    assert rec.status == "ok", rec.error
+    assert rec.conn_retries == 1 and t.connections_opened == 2
