@@ -85,7 +85,6 @@ def drive_shard(spec: RunSpec, shard: int, control: ShardControl | None = None) 
             work = await prepare_work(cfg, transport, clock, sink, probe)
             res.work, res.facts = work, dict(work.facts)
             await _pin_model(transport, probe)
-            await _warm(transport, pool_size(cfg, workers))
             plan = shard_plan(
                 work.plan or plan_for(cfg, work.count_hint, work.offsets_ns, work.extra_drain_s),
                 shard,
@@ -118,18 +117,6 @@ async def _pin_model(transport: Any, probe: Any) -> None:
     use = getattr(transport, "use_model", None)
     if use is not None:
         use(await probe.resolve_model())
-
-
-WARM_CONNECTIONS = 8  # at most this many connections opened before a run starts
-
-
-async def _warm(transport: Any, pool: int) -> None:
-    """Open an HTTP transport's first connections before the run: opened by the first sends, each
-    connect (~3 ms on loopback) was schedule lag inside the measured run. TTFT still counts from the
-    intended send; the simulator's in-process transport has nothing to open."""
-    warm = getattr(transport, "warm", None)
-    if warm is not None:
-        await warm(min(pool, WARM_CONNECTIONS))
 
 
 async def _barrier(control: ShardControl, clock: Clock) -> None:

@@ -58,7 +58,6 @@ class Conn(asyncio.Protocol):
         self.exchange: Exchange | None = None
         self.closed = False
         self.reused = 0  # exchanges completed on this connection
-        self.was_idle = False  # it waited in the pool (the server may have closed it meanwhile)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -146,21 +145,8 @@ class Pool:
         self._all.add(conn)
         return conn
 
-    async def warm(self, n: int) -> int:
-        """Open connections until ``n`` (at most ``max_idle``) wait idle, so the first requests of a run do
-        not pay for a TCP (or TLS) handshake after they are due. Failures are left to the requests (they
-        open their own and report it). Returns the number now idle."""
-        want = min(n, self.max_idle) - len(self._idle)
-        if want > 0:
-            got = await asyncio.gather(*(self.connect() for _ in range(want)), return_exceptions=True)
-            for conn in got:
-                if isinstance(conn, Conn) and not conn.closed:
-                    self._release(conn)
-        return len(self._idle)
-
     def _release(self, conn: Conn) -> None:
         if len(self._idle) < self.max_idle:
-            conn.was_idle = True
             self._idle.append(conn)
         else:
             conn.close()

@@ -117,7 +117,7 @@ class HttpTransport:
                 return _failed(rec, now(), TIMEOUT, f"connect timed out after {opts.connect_s:g} s")
             except OSError as err:
                 return _failed(rec, now(), DISCONNECTED, f"connect to {opts.url} failed: {err}")
-            reused = conn.was_idle  # kept open in the pool (used before, or opened ahead by warm)
+            reused = conn.reused > 0
             ex = ModelExchange(rec, now, conn, stream, opts.total_s, self._idle_s, self._max_bytes)
             conn.exchange = ex
             rec.sent_ns = now()
@@ -158,11 +158,6 @@ class HttpTransport:
     def use_model(self, model: str) -> None:
         """Ask for ``model`` from now on (a caller that resolved it through its probe)."""
         self._model = model
-
-    async def warm(self, n: int) -> int:
-        """Open up to ``n`` keep-alive connections ahead (before a run starts), so its first requests
-        reuse them instead of connecting after they are due. Returns how many wait idle."""
-        return await self._pool.warm(n)
 
     async def aclose(self) -> None:
         await self._pool.aclose()

@@ -12,59 +12,6 @@ from servelab.config.models import RunConfig
 from servelab.transport.http import HttpTransport
 
 
-class _LoopbackSim:
-    """The simulator's HTTP server on loopback, on its own thread and loop."""
-
-    def __enter__(self):
-        from servelab.sim.server import make_engine, start_server
-
-        self.loop = asyncio.new_event_loop()
-        up = threading.Event()
-        box: dict = {}
-
-        async def serve() -> None:
-            engine, dep = make_engine("sim", WallClock(use_uvloop=False))
-            box["server"] = await start_server(engine, dep)
-            box["stop"] = asyncio.Event()
-            up.set()
-            await box["stop"].wait()
-            await box["server"].close()
-
-        self.box = box
-        self.th = threading.Thread(target=lambda: self.loop.run_until_complete(serve()), daemon=True)
-        self.th.start()
-        assert up.wait(10)
-        return box["server"].base_url
-
-    def __exit__(self, *exc):
-        self.loop.call_soon_threadsafe(self.box["stop"].set)
-        self.th.join(10)
-        self.loop.close()
-
-
-def test_the_first_requests_find_connections_already_open(tmp_path, monkeypatch):
-    """Opened by the first sends, each TCP connect (~3 ms on loopback) was schedule lag inside the measured
-    run. Now the run opens min(pool, 8) keep-alive connections before its start: with 2 users, the first
-    send finds 2 idle connections (0 before the fix) and the run opens no more than those 2."""
-    seen: list[int] = []
-    real_send = HttpTransport.send
-    transports: list[HttpTransport] = []
-
-    async def send(self, req):
-        seen.append(self._pool.idle_count)  # open idle connections when the request is handed over
-        transports.append(self)
-        return await real_send(self, req)
-
-    monkeypatch.setattr(HttpTransport, "send", send)
-    with _LoopbackSim() as url:
-        cfg = RunConfig.model_validate({"target": {"url": url}, "load": {"concurrency": 2},
-                                        "limits": {"requests": 4}, "telemetry": {"enabled": False}})
-        res = drive_shard(RunSpec(config=cfg, run_dir=tmp_path), 0)
-    assert res.error is None and res.outcome is not None and res.outcome.completed == 4
-    assert seen[0] == 2  # before the fix: 0, the first send connected after it was due
-    assert transports[0].connections_opened == 2  # the warm ones are the ones used
-
-
 def test_the_model_is_resolved_before_the_run_not_by_the_first_send(tmp_path, monkeypatch):
     """Left to the first send, the GET /models (a new connection and a round trip) happened after the
     request was due: 4.4 ms of the first turn's 7 ms schedule lag in a Claude Code replay over HTTP."""

@@ -262,7 +262,6 @@ class _SendConn(FakeConn):
     """A pooled connection that takes the request as written and answers it at once."""
 
     reused = 0
-    was_idle = False
 
     def __init__(self, answer: bytes) -> None:
         super().__init__()
