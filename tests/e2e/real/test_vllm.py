@@ -24,6 +24,17 @@ from tests.e2e.real.helpers import agreement, fresh_seed, manifest, raw_counter_
 pytestmark = pytest.mark.vllm
 REPO = Path(__file__).resolve().parents[3]
 SWEEP_PORT = 8093
+# The CPU-only vLLM server shares CI's two cores with the client: while it computes, the client's timers
+# wake late for the OS's reasons (timer lag p99 10-60 ms seen in 1 of ~5 runs), and the run is rightly
+# INVALID. These tests check engine facts, tasks and queueing, not the client's validity verdict (tested in
+# tests/unit/analysis/test_validity.py and the loopback lag tests), so they allow a slow box's lag.
+SLOW_BOX_LIMITS = {"limits": {"max_lag_p99_ms": 1000.0}}
+
+
+def _slow_box_config(tmp_path: Path, extra: dict | None = None) -> str:
+    path = tmp_path / "slow-box.yaml"
+    path.write_text(yaml.safe_dump({**SLOW_BOX_LIMITS, **(extra or {})}))
+    return str(path)
 
 
 async def test_stream_and_non_stream_usage(vllm):
@@ -98,6 +109,8 @@ def test_cli_run_records_engine_facts(vllm, tmp_path):
             "--output-tokens",
             "16",
             "--ignore-eos",
+            "--config",
+            _slow_box_config(tmp_path),
             "--out",
             str(tmp_path),
             "--json",
@@ -142,6 +155,8 @@ def test_agent_profile_completes_tasks(vllm, tmp_path):
             "2",
             "--max-sessions",
             "4",
+            "--config",
+            _slow_box_config(tmp_path),
             "--out",
             str(tmp_path / "runs"),
             "--json",
@@ -169,7 +184,7 @@ def test_sweep_over_max_num_seqs_restarts_vllm(vllm, tmp_path, monkeypatch):
         "--max-model-len 2048 --dtype bfloat16"
     )
     cfg = tmp_path / "sweep.yaml"
-    cfg.write_text(yaml.safe_dump({"telemetry": {"interval_s": 0.2, "nvml": False}}))
+    cfg.write_text(yaml.safe_dump({**SLOW_BOX_LIMITS, "telemetry": {"interval_s": 0.2, "nvml": False}}))
     url = f"http://127.0.0.1:{SWEEP_PORT}/v1"
     rc = cli_main(
         [
