@@ -4,27 +4,19 @@ tasks/hour, time split and cost per task (before: none of them; `show` printed n
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from servelab.bench.resummarize import summary_from_run
 from servelab.cli.main import main
-from servelab.records.rundir import read_run
+from tests.e2e.resummary import written_and_recomputed
 
 TASK_KEYS = ("sessions", "task_ms", "tasks_per_hour", "tasks_per_hour_steady", "accepted_per_hour",
              "acceptance_rate", "time_split", "cost", "profile")
 
 
 def test_recomputed_summary_of_an_agent_run_keeps_its_task_figures(tmp_path, capsys):
-    rc = main(["run", "--target", "sim:llama-3.1-8b@1xh100", "--profile", "coding-agent", "--sessions", "4",
-               "--duration", "900", "--gpu-hour-usd", "2", "--out", str(tmp_path), "--no-report"])
-    capsys.readouterr()
-    assert rc == 0
-    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
-    written = json.loads((run_dir / "summary.json").read_text())
-    (run_dir / "summary.json").unlink()
-    again = summary_from_run(read_run(run_dir))
+    written, again, run_dir = written_and_recomputed(
+        ["run", "--target", "sim:llama-3.1-8b@1xh100", "--profile", "coding-agent", "--sessions", "4",
+         "--duration", "900", "--gpu-hour-usd", "2"], tmp_path, capsys)
     for k in TASK_KEYS:
         assert again.get(k) == written[k], k
     done, hours = written["sessions"]["completed"], written["duration_s"] / 3600
