@@ -179,7 +179,7 @@ def _metric_class(metric: str) -> str:
     return {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "batch_latency_s": "latency"}.get(metric, "throughput")
 
 
-def published(backends: list[str]) -> None:
+def published(backends: list[str], only: set[str] | None = None) -> None:
     import fidelity_cases as fc  # the check rows beyond calibration.md (benchmarks/fidelity_cases.yaml)
     import sim_calibration as cal  # the case set-ups, from the published configurations
     from servelab.errors import DeploymentError
@@ -204,11 +204,15 @@ def published(backends: list[str]) -> None:
     _, cases = fc.load()
     for backend in backends:
         for cid, kind, hwfam, eng, what, pub, pred in cal.cases_for_backend(backend):
+            if only and cid not in only:
+                continue
             st = "fit" if cid in ("C-1", "C-2") else "check"
             err = row(cid, st, backend, what, pub, pred)
             if err is not None:
                 items.append((f"{backend} {kind} {hwfam} {eng} throughput", st, err))
         for c in cases:
+            if only and c.id not in only:
+                continue
             dep = fc.deployment(c, backend)
             try:
                 make_step_cost(dep)  # backend=silicon raises where the measured data does not cover dep
@@ -233,9 +237,19 @@ def main() -> None:
         "--fit", action="store_true", help="refit the roofline constants of each family on the fitting rows"
     )
     ap.add_argument("--no-published", action="store_true")
+    ap.add_argument("--no-grid", action="store_true", help="skip the roofline-vs-silicon step-time grid")
+    ap.add_argument("--only", default="", help="published row ids, comma-separated (e.g. N-1,V-5)")
+    ap.add_argument("--backend", choices=["roofline", "silicon"], help="one backend only (default: both)")
     args = ap.parse_args()
     backends = ["roofline"] + (["silicon"] if silicon.installed() else [])
-    if silicon.installed() or CACHE.is_file():
+    if args.backend:
+        if args.backend not in backends:
+            sys.exit(f"backend {args.backend!r} is not available here (install servelab[silicon])")
+        backends = [args.backend]
+    only = {x.strip() for x in args.only.split(",") if x.strip()} or None
+    if args.no_grid:
+        pass
+    elif silicon.installed() or CACHE.is_file():
         rows = silicon_grid()
         fams: dict[str, Family] = {}
         if args.fit:
@@ -248,7 +262,7 @@ def main() -> None:
     else:
         print("silicon data not installed and no cached grid: skipping the roofline-vs-silicon table")
     if not args.no_published:
-        published(backends)
+        published(backends, only)
 
 
 if __name__ == "__main__":
