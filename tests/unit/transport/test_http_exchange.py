@@ -303,3 +303,38 @@ def test_send_writes_head_and_body_as_separate_buffers():
     assert head.startswith(b"POST /v1/chat/completions HTTP/1.1\r\n") and head.endswith(b"\r\n\r\n")
     assert b"Content-Length: %d\r\n" % len(body) in head
     assert orjson.loads(body)["messages"] == [{"role": "user", "content": "x " * 50_000}]
+
+
+def test_an_answered_request_leaves_no_cycle_for_the_collector():
+    """The exchange and its parser held each other: every answered request (its token times, its text)
+    waited for a cyclic collection. With the collector off, none may stay behind."""
+    import gc
+
+    from servelab.clock import WallClock
+    from servelab.transport.base import ModelRequest
+    from servelab.transport.http import HttpOptions, HttpTransport
+
+    answer = SSE_HEAD + _chunked(_tok("a"), _tok("b", "stop"), USAGE, b"data: [DONE]\n\n")
+
+    class Pool:
+        async def acquire(self) -> _SendConn:
+            return _SendConn(answer)
+
+        async def aclose(self) -> None:
+            pass
+
+    async def main() -> list[RequestRecord]:
+        t = HttpTransport(HttpOptions(url="http://127.0.0.1:9/v1", model="m"), WallClock(), concurrency=1)
+        t._pool = Pool()  # type: ignore[assignment]
+        return [await t.send(ModelRequest(request_id=i, messages=[{"role": "user", "content": "x"}],
+                                          max_tokens=2)) for i in range(5)]
+
+    gc.collect()
+    gc.disable()
+    try:
+        recs = asyncio.run(main())
+        left = sum(isinstance(o, ModelExchange) for o in gc.get_objects())
+    finally:
+        gc.enable()
+    assert [r.status for r in recs] == ["ok"] * 5
+    assert left == 0
