@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from servelab.analysis.replay import replay_summary
 from servelab.bench.work import RunRecords, Work, shard_ids
 from servelab.clock import NS_PER_S, Clock
 from servelab.config.models import ReplayWorkloadConfig, RunConfig
@@ -71,6 +70,8 @@ def replay_request_count(cfg: RunConfig) -> int:
 def trace_replay_summary(trace: Trace, issued: Sequence[Unit], requests: Any, *,
                          speed: float | None) -> dict[str, Any]:
     """:func:`~servelab.analysis.replay.replay_summary` of the units the runner issued."""
+    from servelab.analysis.replay import replay_summary  # pyarrow.compute: at the summary, not in a worker
+
     reuse = prefix_reuse(trace)
     return replay_summary(requests, trace_offsets_ns=[o for u in issued for o in u.offsets_ns],
                           timed=trace.timed, format=trace.format, source=trace.source,

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from servelab.analysis.agents import agent_summary
-from servelab.analysis.cost import cost_summary
 from servelab.bench.work import RunRecords, Work, shard_ids
 from servelab.clock import NS_PER_S, Clock
 from servelab.config.agent import SessionConfig
@@ -63,6 +61,10 @@ async def sessions_work(cfg: RunConfig, transport: Transport, clock: Clock, sink
 def sessions_summary(cfg: RunConfig, facts: dict[str, Any], records: RunRecords, outcome: RunOutcome
                      ) -> dict[str, Any]:
     """The agent part of the summary (warm-up sessions are left out)."""
+    # analysis (pyarrow) runs at the summary, in the coordinator: a worker running sessions never loads it
+    from servelab.analysis.agents import agent_summary
+    from servelab.analysis.cost import cost_summary
+
     sessions = records.sessions if records.sessions is not None else []
     duration_s = (outcome.ended_ns - outcome.started_ns) / NS_PER_S
     out: dict[str, Any] = {"profile": facts.get("profile") or session_spec(cfg)[1]}

@@ -8,7 +8,6 @@ from typing import Any
 
 from servelab.clock import Clock
 from servelab.config.models import RunConfig
-from servelab.records.telemetry import write_telemetry
 from servelab.telemetry.parse import Sample
 from servelab.telemetry.scraper import Scraper, TelemetryRows
 from servelab.telemetry.sources import HttpMetrics, NvmlSampler, metrics_url_for
@@ -72,4 +71,6 @@ class RunTelemetry:
         return detect_engine(names)
 
     def write(self, run_dir: Path) -> None:
+        from servelab.records.telemetry import write_telemetry  # pyarrow: never in a worker process
+
         write_telemetry(run_dir, self.rows.columns())

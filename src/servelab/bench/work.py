@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any, Protocol
 
 from servelab.load.runner import Job, RunOutcome, RunPlan
 from servelab.records.schema import RequestRecord, SessionRecord
+
+if TYPE_CHECKING:  # a worker process builds Work but never reads Parquet: no pyarrow there
+    import pyarrow as pa
 
 
 class RunRecords(Protocol):

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from servelab.bench.replay import replay_run_summary, replay_work
 from servelab.bench.sessions import sessions_summary, sessions_work
 from servelab.bench.single import single_turn_job
 from servelab.bench.work import RunRecords, Work
@@ -37,6 +36,21 @@ async def requests_work(cfg: RunConfig, transport: Transport, clock: Clock, sink
 def requests_summary(cfg: RunConfig, facts: dict[str, Any], records: RunRecords, outcome: RunOutcome
                      ) -> dict[str, Any]:
     return {"prompt_token_source": facts.get("token_source")}
+
+
+async def replay_work(cfg: RunConfig, transport: Transport, clock: Clock, sink: RecordSink,
+                      probe: TargetProbe | None = None) -> Work:
+    # imported for a replay run only: traces and their shaping are no part of any other run's worker
+    from servelab.bench.replay import replay_work as work
+
+    return await work(cfg, transport, clock, sink, probe)
+
+
+def replay_run_summary(cfg: RunConfig, facts: dict[str, Any], records: RunRecords, outcome: RunOutcome
+                       ) -> dict[str, Any]:
+    from servelab.bench.replay import replay_run_summary as summary
+
+    return summary(cfg, facts, records, outcome)
 
 
 WorkSummary = Callable[[RunConfig, dict[str, Any], RunRecords, RunOutcome], dict[str, Any]]

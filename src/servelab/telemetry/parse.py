@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from servelab.telemetry.vocabulary import canonical
 
 _HIST_SUFFIXES = ("_bucket", "_sum", "_count")
@@ -21,6 +19,10 @@ class Sample:
 
 def parse_metrics(text: str) -> list[Sample]:
     """Every sample of a /metrics page; unparseable pages raise ValueError (the scraper records it)."""
+    # imported at the first page (a scraper's baseline, before the load starts): a run with telemetry off,
+    # and every worker but shard 0, never loads it
+    from prometheus_client.parser import text_string_to_metric_families
+
     out: list[Sample] = []
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:

@@ -1,0 +1,44 @@
+"""A worker process loads what its shard runs, not what only the coordinator needs: Parquet (pyarrow,
+~0.1 s of CPU to import), the summary's analysis, the Prometheus parser. Every worker pays its imports
+again (spawn: a fresh interpreter), so each one was a fixed CPU cost per worker per run."""
+
+from __future__ import annotations
+
+import pytest
+
+from servelab.bench.run import Executor, plan_run
+from servelab.bench.shard import ShardOutcome
+from servelab.config import RunConfig, validate
+from servelab.load.executors import run_processes
+from tests.e2e.test_scale_out import _Server
+from tests.e2e.worker_modules import drive_and_list_modules
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = _Server()
+    yield s
+    s.close()
+
+
+def _failed(shard: int, error: str, exitcode: int | None) -> ShardOutcome:
+    return ShardOutcome(shard=shard, error=error, exitcode=exitcode)
+
+
+WORKLOADS = {
+    "requests": ({"input_tokens": 24, "output_tokens": 8}, {"requests": 8}),
+    "agent": ({"kind": "agent", "profile": "chat"}, {"sessions": 4}),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(WORKLOADS))
+def test_worker_processes_load_no_parquet_nor_prometheus_parser(server, tmp_path, kind):
+    workload, limits = WORKLOADS[kind]
+    cfg = validate(RunConfig, {
+        "target": {"url": server.url}, "workload": workload, "seed": 1, "load": {"concurrency": 2},
+        "limits": limits, "telemetry": {"enabled": False}, "out": str(tmp_path)})
+    spec, _, _ = plan_run(cfg, executor=Executor(workers=2))
+    outs = run_processes(drive_and_list_modules, spec, 2, failed=_failed)
+    assert [o.error for o in outs] == [None, None]
+    assert [o.outcome.issued > 0 for o in outs] == [True, True]  # each shard ran its share
+    assert [o.facts["loaded"] for o in outs] == [[], []]
