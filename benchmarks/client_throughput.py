@@ -8,7 +8,10 @@ CPU time (time.process_time) is what is charged to it:
   (a) servelab  - servelab.transport.http.HttpTransport (full parsing, timing, records)
   (b) reference - a minimal raw-socket uvloop client that only counts "data: " lines and stamps reads (in
                   the long-context and whole-run cases it also keeps every token's arrival time, 8 bytes
-                  each in an array('q') per request, held to the end: what any measuring client must keep)
+                  each in an array('q') per request, held to the end: what any measuring client must keep;
+                  the whole-run case also runs it keeping them as lists of Python ints, as the issue's
+                  reference did, and prints the import floor: a fresh interpreter importing what
+                  `servelab run` imports)
   (c) aiohttp   - a plain aiohttp client (line iteration + orjson per event + a timestamp per token)
   (d) vllm      - `vllm bench serve`, when vllm is importable
 
@@ -160,7 +163,7 @@ class Result:
         self.tokens = 0
         self.ttfts_ns: list[int] = []
         self.lags_ns: list[int] = []  # client first-token stamp minus the server's write time (ttft case)
-        self.token_times: list[array] = []  # per request, when the reference keeps token times
+        self.token_times: list[array | list[int]] = []  # per request, when the reference keeps token times
         self.wall_s = 0.0
         self.cpu_s = 0.0
 
@@ -219,7 +222,7 @@ class _RefProto(asyncio.Protocol):
         self.length = -1
         self.got = 0
         self.stamp = 0
-        self.times: array | None = None  # token arrival times (ns), when the caller keeps them
+        self.times: array | list[int] | None = None  # token arrival times (ns), when the caller keeps them
 
     def connection_made(self, transport) -> None:  # type: ignore[no-untyped-def]
         self.t = transport
@@ -261,7 +264,11 @@ class _RefProto(asyncio.Protocol):
 
 
 async def _run_reference(url: str, n: int, duration: float, stream: bool, res: Result,
-                         prompt: list[dict] | None = None, keep_times: bool = False) -> None:
+                         prompt: list[dict] | None = None, keep_times: bool = False,
+                         times_as_ints: bool = False) -> None:
+    """``keep_times``: keep every token's arrival time to the end, 8 bytes each in an ``array('q')`` per
+    request, or (``times_as_ints``) as a list of Python ints, as a plain Python client would (an int object
+    of 32 bytes plus an 8-byte list slot; tokens stamped by the same read share one int, as servelab's)."""
     from urllib.parse import urlsplit
 
     parts = urlsplit(url)
@@ -278,7 +285,7 @@ async def _run_reference(url: str, n: int, duration: float, stream: bool, res: R
             proto.fut = loop.create_future()
             proto.first_ns = 0
             if keep_times:
-                proto.times = array("q")
+                proto.times = [] if times_as_ints else array("q")
             sent = time.monotonic_ns()
             proto.t.write(req)
             tokens = await proto.fut
@@ -524,11 +531,11 @@ _WHOLE_REF = r"""
 import asyncio, json, sys, time
 sys.path.insert(0, sys.argv[4])
 import client_throughput as ct, uvloop
-url, conc, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+url, conc, n, as_ints = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[5] == "ints"
 res = ct.Result()
 async def go():
     task = asyncio.get_running_loop().create_task(ct._run_reference(url, conc, 3600, True, res,
-                                                                    keep_times=True))
+                                                                    keep_times=True, times_as_ints=as_ints))
     while res.requests < n:
         await asyncio.sleep(0.005)
     task.cancel()
@@ -618,6 +625,47 @@ def _load_window_s(out: str) -> float:
     return float(json.loads(summary.read_text())["throughput"]["duration_s"])
 
 
+# What `servelab run` imports: a small run in a fresh interpreter, then the modules it loaded.
+_RUN_MODULES = r"""
+import json, sys
+from servelab.cli.main import main
+try:
+    main(sys.argv[2:])
+except SystemExit:
+    pass
+with open(sys.argv[1], "w") as f:
+    json.dump(sorted(m for m in sys.modules if m not in ("__main__", "__mp_main__")), f)
+print("{}")
+"""
+
+# The floor: a fresh interpreter that only imports those modules (peak RSS after them, nothing run).
+_IMPORT_ONLY = r"""
+import importlib, json, resource, sys
+for m in json.load(open(sys.argv[1])):
+    try:
+        importlib.import_module(m)
+    except Exception:
+        pass
+print(json.dumps({"peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def _run_args(base: str, conc: int, n: int, out: str) -> list[str]:
+    return ["run", "--target", f"{base}/stream/v1", "--model", MODEL, "--concurrency", str(conc),
+            "--requests", str(n), "--input-tokens", "64", "--output-tokens", "256", "--out", out, "--json"]
+
+
+def _import_floor_mb(base: str, conc: int) -> float:
+    """Peak RSS of a fresh interpreter that imports what a (small) `servelab run` imported."""
+    import os
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        mods = os.path.join(tmp, "modules.json")
+        _py(_RUN_MODULES, mods, *_run_args(base, conc, 100, tmp))
+        return float(_py(_IMPORT_ONLY, mods)["peak_mb"])
+
+
 def _whole_run(base: str, scale: float, rounds: int) -> None:
     import shutil
     import sys
@@ -628,33 +676,45 @@ def _whole_run(base: str, scale: float, rounds: int) -> None:
     exe = shutil.which("servelab") or ""
     print(f"\nwhole run: {n:,} requests x 256 streamed tokens, concurrency {conc}; wall time of the whole "
           "process (`servelab run ... --json`: import, load, Parquet, summary, report.html - the report is "
-          "on, as by default)\nagainst a raw reference process sending the same requests and keeping every "
-          f"token's arrival time (8 B/token, as any measuring client must); peak RSS of each; median "
-          f"of {rounds} interleaved round(s)")
-    ss, rs = [], []
+          "on, as by default)\nagainst raw reference processes sending the same requests and keeping every "
+          "token's arrival time: in an array('q') (8 B/token, the strict reference) and as lists of Python "
+          f"ints (as the issue's reference did); peak RSS of each; median of {rounds} interleaved round(s)")
+    here = str(__file__.rsplit("/", 1)[0])
+    ss, rs, ls = [], [], []
     for _ in range(rounds):
         with tempfile.TemporaryDirectory() as tmp:
             cmd = [exe] if exe else [sys.executable, "-m", "servelab.cli.main"]
-            wall, mb = _peak_of([*cmd, "run", "--target", f"{base}/stream/v1", "--model", MODEL,
-                                 "--concurrency", str(conc), "--requests", str(n), "--input-tokens", "64",
-                                 "--output-tokens", "256", "--out", tmp, "--json"])
+            wall, mb = _peak_of([*cmd, *_run_args(base, conc, n, tmp)])
             ss.append((wall, mb, _load_window_s(tmp)))
-        rs.append(_peak_of([sys.executable, "-c", _WHOLE_REF, f"{base}/stream/v1", str(conc), str(n),
-                            str(__file__.rsplit("/", 1)[0])]))
+        ref = [sys.executable, "-c", _WHOLE_REF, f"{base}/stream/v1", str(conc), str(n), here]
+        rs.append(_peak_of([*ref, "array"]))
+        ls.append(_peak_of([*ref, "ints"]))
+    floor = _import_floor_mb(base, conc)
     s_wall, s_mb, load_s = sorted(ss)[len(ss) // 2]
     r_wall, r_mb = sorted(rs)[len(rs) // 2]
-    print(f"{'client':<14} {'wall s':>8} {'req/s':>8} {'peak MB':>8}")
-    print(f"{'servelab':<14} {s_wall:>8.2f} {n / s_wall:>8.0f} {s_mb:>8.0f}   (load window {load_s:.2f} s, "
+    l_wall, l_mb = sorted(ls)[len(ls) // 2]
+    print(f"{'client':<24} {'wall s':>8} {'req/s':>8} {'peak MB':>8}")
+    print(f"{'servelab':<24} {s_wall:>8.2f} {n / s_wall:>8.0f} {s_mb:>8.0f}   (load window {load_s:.2f} s, "
           f"the rest {s_wall - load_s:.2f} s)")
-    print(f"{'raw reference':<14} {r_wall:>8.2f} {n / r_wall:>8.0f} {r_mb:>8.0f}   (keeps token times)")
+    print(f"{'raw, array(q) times':<24} {r_wall:>8.2f} {n / r_wall:>8.0f} {r_mb:>8.0f}   (8 B/token)")
+    print(f"{'raw, Python int times':<24} {l_wall:>8.2f} {n / l_wall:>8.0f} {l_mb:>8.0f}   "
+          "(int objects in lists)")
+    print(f"{'servelab imports only':<24} {'':>8} {'':>8} {floor:>8.0f}   (a fresh interpreter importing "
+          "what `servelab run` imports, nothing run)")
     # The verdicts are the medians of each round's ratios: a pair run back to back shares the box's load.
     walls = sorted(b[0] / a[0] for a, b in zip(ss, rs, strict=True))
     mems = sorted(a[1] / b[1] for a, b in zip(ss, rs, strict=True))
-    ratio, mem = walls[len(walls) // 2], mems[len(mems) // 2]
-    print(f"per-round ratios: rate {', '.join(f'{x:.2f}' for x in walls)}; "
-          f"memory {', '.join(f'{x:.2f}' for x in mems)}")
+    mems_i = sorted(a[1] / b[1] for a, b in zip(ss, ls, strict=True))
+    ratio, mem, mem_i = walls[len(walls) // 2], mems[len(mems) // 2], mems_i[len(mems_i) // 2]
+    print(f"per-round ratios: rate {', '.join(f'{x:.2f}' for x in walls)}; memory vs array(q) "
+          f"{', '.join(f'{x:.2f}' for x in mems)}; vs int lists {', '.join(f'{x:.2f}' for x in mems_i)}")
     print(f"ratio servelab/raw whole-run rate: {ratio:.2f}  target >= 0.75: {_verdict(ratio >= 0.75)}")
-    print(f"peak memory servelab/raw: {mem:.2f}x  target <= 2x: {_verdict(mem <= 2.0)}")
+    print(f"peak memory servelab/raw (array('q') times, the strict reference): {mem:.2f}x  target <= 2x: "
+          f"{_verdict(mem <= 2.0)}")
+    print(f"peak memory servelab/raw (Python int times): {mem_i:.2f}x  target <= 2x: "
+          f"{_verdict(mem_i <= 2.0)}")
+    print(f"servelab's import floor / raw (array('q')): {floor / r_mb:.2f}x; / raw (int lists): "
+          f"{floor / l_mb:.2f}x")
 
 
 if __name__ == "__main__":
