@@ -79,10 +79,15 @@ def _moe_dtype(dep: Deployment) -> str:
     if e != "fp4":
         return _dtype(dep, "expert_dtype")
     if dep.model.ffn.get("expert_dtype") == "fp4":  # MXFP4 checkpoint (gpt-oss)
-        if dep.hardware.fp4_tflops:
-            return (
-                "w4a8_mxfp4_mxfp8_trtllm" if dep.profile and dep.profile.name == "trtllm" else "w4a16_mxfp4"
-            )
+        eng = dep.profile.name if dep.profile else dep.engine.split(":")[0]
+        if dep.hardware.fp4_tflops and eng in ("trtllm", "sglang"):
+            # Blackwell: TensorRT-LLM (CUTLASS / TRTLLM MoE backends) and SGLang (flashinfer mxfp4 MoE,
+            # default precision) quantize the activations to MXFP8: AIConfigurator's w4a8_mxfp4_mxfp8 rows
+            # (TRT-LLM moe_torch_flow, SGLang flashinfer_trtllm_moe). Not "w4a8_mxfp4_mxfp8_trtllm": that
+            # name is DeepSeek-V4's SGLang kernel, and the native config drops it for gpt-oss, falling back
+            # to the checkpoint's W4A16 without a word (a B200 decode step 2.4x too slow). vLLM's B200 data
+            # has only W4A16 (flashinfer mxfp4 x bf16); Hopper has no FP8-activation MXFP4 path.
+            return "w4a8_mxfp4_mxfp8"
         return "w4a16_mxfp4"
     return "nvfp4" if dep.hardware.fp4_tflops else "w4afp8"
 
@@ -102,7 +107,11 @@ def engine_config(dep: Deployment) -> dict:
         "attention_dp_size": attn_dp,
         "weight_dtype": _dtype(dep, "dtype"),
         "kv_cache_dtype": "fp8" if dep.kv_dtype == "fp8" else "bfloat16",
-        "activation_dtype": "fp8" if dep.kv_dtype == "fp8" else "bfloat16",  # attention (FMHA) precision
+        # attention (FMHA) precision. MLA's context kernels were measured in BF16 only (beside a BF16 or FP8
+        # latent cache; TRT-LLM and SGLang tables on H100-GB200): FP8 finds no data and fails the build.
+        "activation_dtype": (
+            "fp8" if dep.kv_dtype == "fp8" and dep.model.attention["kind"] != "mla" else "bfloat16"
+        ),
     }
     if dep.model.is_moe:
         cfg.update(moe_tp_size=dep.moe_tp, moe_ep_size=dep.ep, moe_dtype=_moe_dtype(dep))
