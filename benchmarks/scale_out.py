@@ -7,7 +7,7 @@ Every case runs in a fresh process and is compared with a reference measured in 
               the raw-socket reference client as 1 and 2 processes for the same time at the same total
               concurrency: streamed tokens/s, client CPU per 1,000 requests in the load window (the
               per-request cost; servelab's shards measure it) and for the whole execute (coordinator + its
-              worker processes, getrusage: adds the fixed start-up per worker process, printed apart in
+              worker processes and their fork server, getrusage: adds the fixed start-up, printed apart in
               ms), voluntary context switches per request (event-loop wake-ups). With two cores, one the
               server's, client CPU per request in the load window must not grow with W (w2/w1 about 1);
               the reference's own 2-process/1-process ratio shows what the setup alone does.
@@ -55,6 +55,9 @@ cfg = validate(RunConfig, {"target": {"url": url, "model": "bench-model"}, "load
     "workload": {"input_tokens": 64, "output_tokens": 256}, "limits": lim, "telemetry": {"enabled": False},
     "out": out})
 r = execute(cfg, report=False, executor=Executor(workers=workers))
+import multiprocessing.forkserver as fs
+if getattr(fs._forkserver, "_forkserver_pid", None):  # reap the fork server: its CPU and its workers' count
+    fs._forkserver._stop()
 s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
 th = r.summary["throughput"]
 print(json.dumps({"wall_s": time.perf_counter() - t0,
@@ -109,7 +112,8 @@ def _result(proc: subprocess.Popen, timeout: float = 1800) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-# A worker process's start-up alone: spawn a fresh interpreter that imports what a shard imports, and exit.
+# A fresh interpreter that imports what a shard imports, and exits: what every spawned worker paid, and
+# what the fork server that the workers are now forked from pays once per run.
 _SPAWN = r"""
 import importlib, json, multiprocessing as mp, resource, sys
 if __name__ == "__main__":
@@ -182,7 +186,8 @@ def _throughput_verdict(rows: dict[str, dict], spawn_ms: float) -> None:
     per_worker = (w2["cpu_children_s"] - w2["load_cpu_s"]) / 2
     print(f"fixed CPU outside the load window: --workers 1 {coord1 * 1000:.0f} ms (imports, plan, merge, "
           f"summary); --workers 2: coordinator {w2['cpu_self_s'] * 1000:.0f} ms + {per_worker * 1000:.0f} ms "
-          f"per worker process (spawn, imports, setup, exit; spawn + imports alone: {spawn_ms:.0f} ms)")
+          "per worker process (its start-up, setup and exit, with the fork server's one start-up shared "
+          f"out); one fresh interpreter importing a shard's code alone: {spawn_ms:.0f} ms")
     verdict = "ok" if load <= 1.1 or load <= ref * 1.1 else "GROWS"
     print(f"verdict: {verdict}: judged on load-window CPU per request, the per-request cost: w2/w1 "
           f"{load:.2f}, {load / ref:.2f}x the raw reference's own 2/1 growth in this run (target: w2/w1 at "

@@ -4,6 +4,9 @@ again (spawn: a fresh interpreter), so each one was a fixed CPU cost per worker 
 
 from __future__ import annotations
 
+import multiprocessing.forkserver
+import os
+
 import pytest
 
 from servelab.bench.run import Executor, plan_run
@@ -42,3 +45,26 @@ def test_worker_processes_load_no_parquet_nor_prometheus_parser(server, tmp_path
     assert [o.error for o in outs] == [None, None]
     assert [o.outcome.issued > 0 for o in outs] == [True, True]  # each shard ran its share
     assert [o.facts["loaded"] for o in outs] == [[], []]
+
+
+@pytest.mark.skipif("forkserver" not in __import__("multiprocessing").get_all_start_methods(),
+                    reason="no fork server on this platform: workers are spawned")
+def test_workers_fork_from_one_server_that_imported_the_shard_code_once(server, tmp_path, monkeypatch):
+    # a fork server reads its preload list when it starts: start a fresh one for this drive function
+    multiprocessing.forkserver._forkserver._stop()
+    cfg = validate(RunConfig, {
+        "target": {"url": server.url}, "workload": {"input_tokens": 24, "output_tokens": 8}, "seed": 1,
+        "load": {"concurrency": 2}, "limits": {"requests": 8}, "telemetry": {"enabled": False},
+        "out": str(tmp_path)})
+    spec, _, _ = plan_run(cfg, executor=Executor(workers=2))
+    run_processes(drive_and_list_modules, spec, 2, failed=_failed)  # the fork server is up now
+    monkeypatch.setenv("SERVELAB_TEST_WORKER_ENV", "set after the fork server started")
+    outs = run_processes(drive_and_list_modules, spec, 2, failed=_failed)
+    assert [o.error for o in outs] == [None, None]
+    pids = {o.facts["pid"] for o in outs}
+    server_pid = {o.facts["imported_in"] for o in outs}
+    # the drive's module (servelab.bench.drive with it) was imported once, in one other process, for both
+    assert len(pids) == 2 and len(server_pid) == 1 and not (pids & server_pid)
+    assert os.getpid() not in server_pid
+    # each worker sees the coordinator's environment as it is at the start of the run
+    assert [o.facts["env"] for o in outs] == ["set after the fork server started"] * 2
