@@ -4,13 +4,16 @@ Each row names a sim target (the published serving conditions) and a workload mo
 - offline: every request submitted at once (trtllm-bench throughput, vllm bench serve at request rate inf);
 - closed: ``concurrency`` requests in flight until ``requests`` are done (vllm bench --max-concurrency);
 - batch: ``batch`` requests at once, the time until the last finishes (vLLM benchmark_latency).
-Lengths are fixed (ignore_eos); prompts are distinct token sequences, so no prefix is shared.
+Lengths are fixed (ignore_eos) unless the row drew ShareGPT prompts (``dataset: sharegpt``): then each
+request's input and output lengths are drawn around the published means (:func:`sharegpt_lengths`). Prompts
+are distinct token sequences, so no prefix is shared.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import random
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +47,7 @@ class Case:
     published: float
     target: str
     template_tokens: int = 0  # chat-template tokens the server prefills on top of isl (chat endpoint)
+    dataset: str = "fixed"  # "sharegpt": per-request lengths around the published means
 
     @property
     def prompt_len(self) -> int:
@@ -89,6 +93,7 @@ def load(path: Path = CASES) -> tuple[dict, list[Case]]:
                 published=float(row["published"]),
                 target=row["target"],
                 template_tokens=int(sources[row["source"]].get("chat_template_tokens", 0)),
+                dataset=str(w.get("dataset", "fixed")),
             )
         )
     return sources, out
@@ -177,16 +182,44 @@ def deployment(case: Case, backend: str) -> Deployment:
     return dep
 
 
+# ShareGPT turn lengths are heavy-tailed (a few tokens to the filter's limits); a lognormal of this sigma
+# stands for them (an assumption: no per-request lengths are published for these runs). vllm bench's ShareGPT
+# filter keeps prompts and outputs of at least 4 tokens, prompts up to 1024 and prompt + output up to 2048.
+SHAREGPT_SIGMA = 1.0
+SHAREGPT_MIN, SHAREGPT_MAX_PROMPT, SHAREGPT_MAX_TOTAL = 4, 1024, 2048
+
+
+def sharegpt_lengths(n: int, isl: int, osl: int, seed: int = 42) -> list[tuple[int, int]]:
+    """``n`` (input, output) lengths, lognormal around the means ``isl`` and ``osl`` within vllm bench's
+    ShareGPT filter, rescaled so that their means are the published ones (to within rounding)."""
+    rng = random.Random(seed)
+    sig = SHAREGPT_SIGMA
+    raw = [(math.exp(sig * rng.gauss(0, 1)), math.exp(sig * rng.gauss(0, 1))) for _ in range(n)]
+    out: list[tuple[int, int]] = []
+    ki, ko = 1.0, 1.0
+    for _ in range(20):  # rescale, clip, repeat: clipping moves the mean
+        out = []
+        for a, b in raw:
+            i = min(max(SHAREGPT_MIN, round(isl * ki * a)), SHAREGPT_MAX_PROMPT)
+            o = min(max(SHAREGPT_MIN, round(osl * ko * b)), SHAREGPT_MAX_TOTAL - i)
+            out.append((i, o))
+        ki *= isl / statistics.fmean(i for i, _ in out)
+        ko *= osl / statistics.fmean(o for _, o in out)
+    return out
+
+
 def simulate(case: Case, dep: Deployment) -> float:
     """The simulated value of ``case.metric`` for deployment ``dep``."""
     clock = VirtualClock()
-    isl, osl = case.isl, case.osl
+    lengths = (sharegpt_lengths(case.requests, case.isl, case.osl) if case.dataset == "sharegpt"
+               else [(case.isl, case.osl)] * case.requests)
 
     def request(i: int) -> SimRequest:
+        n_in, n_out = lengths[i]
         return SimRequest(
             rid=i + 1,
-            prompt_ids=[(i * 131 + j) % 30011 + 1 for j in range(case.prompt_len)],
-            max_tokens=osl,
+            prompt_ids=[(i * 131 + j) % 30011 + 1 for j in range(n_in + case.template_tokens)],
+            max_tokens=n_out,
             ignore_eos=True,
         )
 
@@ -225,7 +258,7 @@ def simulate(case: Case, dep: Deployment) -> float:
         if case.metric == "out_tok_s_per_gpu":
             return out / end_s / dep.world
         if case.metric == "total_tok_s":
-            return (out + isl * len(done)) / end_s
+            return (out + sum(n for n, _ in lengths)) / end_s
         if case.metric == "ttft_ms":
             return statistics.fmean((r.first_token_ns - sent[r.rid]) / 1e6 for r in done)
         if case.metric == "tpot_ms":

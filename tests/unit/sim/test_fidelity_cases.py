@@ -67,3 +67,17 @@ def test_developer_guide_rows_pad_decode_batches_to_the_published_graph_sizes():
     n6 = fc.deployment(cases["N-6"], "roofline")
     assert n6.cuda_graph_batch_sizes[-4:] == (1024, 2048, 4096, 8192) and 384 in n6.cuda_graph_batch_sizes
     assert fc.deployment(cases["T-1"], "roofline").cuda_graph_batch_sizes == ()
+
+
+def test_sharegpt_rows_draw_lengths_around_the_published_means():
+    # The c=4 ShareGPT rows: per-request lengths vary (fixed lengths made the four clients finish in the same
+    # step and send again together, so each prefill waited behind another: TTFT 81 ms for L-1 on silicon).
+    _, cases = fc.load()
+    sharegpt = {c.id for c in cases if c.dataset == "sharegpt"}
+    assert sharegpt == {"L-1", "L-2", "L-3", "L-4", "L-5", "L-6"}
+    lengths = fc.sharegpt_lengths(100, 229, 217)
+    assert abs(sum(i for i, _ in lengths) / 100 - 229) < 0.5
+    assert abs(sum(o for _, o in lengths) / 100 - 217) < 0.5
+    assert all(4 <= i <= 1024 and 4 <= o and i + o <= 2048 for i, o in lengths)
+    assert len({o for _, o in lengths}) > 50  # not one length for all
+    assert fc.sharegpt_lengths(100, 229, 217) == lengths  # seeded
