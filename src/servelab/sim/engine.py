@@ -25,13 +25,14 @@ from servelab.clock import Clock
 from servelab.sim.api import SimRequest
 from servelab.sim.deployment import Deployment
 from servelab.sim.kvcache import KVCache, block_hashes
-from servelab.sim.scheduler import WAITING, Scheduler, Seq
+from servelab.sim.scheduler import PREFILL, WAITING, Scheduler, Seq
 from servelab.sim.stepcost import EngineStep, fidelity
 from servelab.sim.tokenizer import filler_ids, filler_text, tokenize
 
 LATENCY_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
                      10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
 _ND = NormalDist()
+TRIM_OUT = 4096  # delivery times kept per replica before the ones no running request needs are dropped
 
 
 class Histogram:
@@ -68,7 +69,7 @@ def _mix(seed: int, rid: int) -> int:
 
 class _Replica:
     __slots__ = ("dep", "sched", "cost", "wake", "role", "steps", "busy_s", "compute_s", "memory_s", "comm_s",
-                 "a2a_bytes", "imbalance", "cpu_s")
+                 "a2a_bytes", "imbalance", "cpu_s", "out_ends", "out_delivered")
     sched: Scheduler  # set by the Engine once the pool's KV cache is sized
 
     def __init__(self, dep: Deployment, role: str, seed: int, backend: Any = None) -> None:
@@ -78,6 +79,9 @@ class _Replica:
         self.steps = 0
         self.busy_s = self.compute_s = self.memory_s = self.comm_s = self.a2a_bytes = self.cpu_s = 0.0
         self.imbalance = 1.0
+        # Steps with tokens for clients in process: end time -> when the API server's core had written them.
+        self.out_ends: list[int] = []
+        self.out_delivered: list[int] = []
 
 
 def imbalance_buckets(ep: int) -> tuple[float, ...]:
@@ -148,6 +152,13 @@ class Engine:
         self.imbalance_hist = Histogram(imbalance_buckets(max(d.ep for d, _ in pools)))
         self.backend = self.replicas[0].cost.name
         self.fidelity = fidelity(deployment, self.backend)
+        prof = deployment.profile
+        # The API server's one core (shared by every replica, as vLLM's one API-server process fronts all of
+        # its engines): CPU ns per request and per output token, and when it is next free.
+        self.fe_req_ns = int((prof.frontend_req_ms if prof else 0.0) * 1e6)
+        self.fe_tok_ns = int((prof.frontend_tok_us if prof else 0.0) * 1e3)
+        self.fe_free = 0
+        self.fe_busy_ns = 0
 
     # ------------------------------------------------------------------ requests
     def tokenize(self, text: str) -> list[int]:
@@ -194,26 +205,40 @@ class Engine:
         if plen + target > mml:
             target, reason = mml - plen, "length"
         seq = Seq(req, target, reason)
-        delay = self.api_delay_ns(req, 0xA91)
-        if delay <= 0:
+        due = now + self.api_delay_ns(req, 0xA91)
+        if req.on_tokens is None and self.fe_req_ns:  # its CPU work waits for the API server's core
+            due = self._frontend(now, self.fe_req_ns) + due - now
+        if due <= now:
             self._enqueue(seq)
         else:  # the engine's API server (HTTP, tokenization) before the scheduler sees the request
             self._pending[req.rid] = seq
-            loop.create_task(self._enqueue_at(seq, now + delay))
+            loop.create_task(self._enqueue_at(seq, due))
+
+    def _frontend(self, t: int, work_ns: int) -> int:
+        """Book ``work_ns`` of CPU on the API server's one core from ``t`` (first come, first served: every
+        booking is made at its own time, in time order); returns when that work is done."""
+        start = max(t, self.fe_free)
+        self.fe_free = start + work_ns
+        self.fe_busy_ns += work_ns
+        return self.fe_free
 
     def api_delay_ns(self, req: SimRequest, salt: int) -> int:
         """Half of the per-request API-server time of the engine profile (the request side, salt 0xA91:
         HTTP and tokenization; the response side, salt 0xA92: detokenization and HTTP): lognormal with mean
-        ``api_ms / 2``, seeded by (engine seed, request id). The response side also spreads clients that
-        would otherwise send again in lockstep."""
+        ``api_ms / 2``, seeded by (engine seed, request id). For a client in process, the part that is CPU
+        work on the API server's core (one request's and one token's) is booked there instead and left out
+        here. The response side also spreads clients that would otherwise send again in lockstep."""
         prof = self.dep.profile
         if prof is None or prof.api_ms <= 0:
             return 0
+        ms = prof.api_ms
+        if req.on_tokens is None:  # the API server's CPU work is booked on its core (``_frontend``)
+            ms = max(0.0, ms - prof.frontend_req_ms - prof.frontend_tok_us * 1e-3)
         u = (_mix(self.seed ^ salt, req.rid) >> 11) / float(1 << 53)
         z = _ND.inv_cdf(min(max(u, 1e-12), 1 - 1e-12))
         # jitter=0: every request alike, exactly repeatable
         sig = prof.api_sigma if self.dep.jitter > 0 else 0.0
-        return int(prof.api_ms * 0.5e6 * math.exp(sig * z - sig * sig / 2))
+        return int(ms * 0.5e6 * math.exp(sig * z - sig * sig / 2))
 
     async def _enqueue_at(self, seq: Seq, due: int) -> None:
         await self.clock.sleep_until(due)
@@ -262,8 +287,15 @@ class Engine:
         req, sched = s.req, r.sched
         if sched.kv.prefix_caching and s.out > 1 and s.hashes is not None:
             self._cache_output(sched, s)
+        engine_end = now
         req.output_tokens = s.out
         req.token_times_ns = sched.token_times(s)
+        if r.out_ends and req.on_tokens is None:  # tokens left the API server when its core got to them
+            req.token_times_ns = [self._delivered(r, t) for t in req.token_times_ns]
+            if req.first_token_ns is not None:
+                req.first_token_ns = self._delivered(r, req.first_token_ns)
+            if req.token_times_ns:
+                now = max(now, req.token_times_ns[-1])
         # The response side of the API server: a client in process sees every token (and the end) later by
         # one per-request delay. Streaming fronts deliver tokens as they come (their own I/O is the delay).
         shift = self.api_delay_ns(req, 0xA92) if req.on_tokens is None else 0
@@ -271,7 +303,7 @@ class Engine:
             req.token_times_ns = [t + shift for t in req.token_times_ns]
             if req.first_token_ns is not None:
                 req.first_token_ns += shift
-        engine_end, now = now, now + shift
+        now += shift
         first = req.first_token_ns if req.first_token_ns is not None else now
         # 0 is a valid virtual time, not "unset"; a step anchored on the engine's timeline (t_free) may start
         # up to 2 ms before a request that arrived as it began: that request was not waiting before it
@@ -289,6 +321,37 @@ class Engine:
             self._resolve(req, s.reason, now)
         else:
             asyncio.get_running_loop().create_task(self._resolve_at(req, s.reason, now))
+
+    @staticmethod
+    def _delivered(r: _Replica, t: int) -> int:
+        """When the token of ``r``'s step that ended at ``t`` left the API server."""
+        i = bisect.bisect_left(r.out_ends, t)
+        return r.out_delivered[i] if i < len(r.out_ends) and r.out_ends[i] == t else t
+
+    def _stream_out(self, r: _Replica, b: Any, now: int) -> None:
+        """Book the step's output tokens of clients in process on the API server's core (detokenize and
+        write each, the step's outputs as one batch, as vLLM's output handler takes them); the step's tokens
+        leave when that batch is done."""
+        sched = r.sched
+        n = (b.n_dec - len(sched.streaming)) * b.inc
+        n += sum(1 for s, k in b.prefills
+                 if s.state == PREFILL and s.computed + k >= s.known and s.req.on_tokens is None)
+        if n <= 0:
+            return
+        done = self._frontend(now, n * self.fe_tok_ns)
+        if r.out_ends and r.out_ends[-1] == now:  # a zero-time step: one batch with the step before
+            r.out_delivered[-1] = done
+            return
+        if len(r.out_ends) >= TRIM_OUT:
+            self._trim_out(r)
+        r.out_ends.append(now)
+        r.out_delivered.append(done)
+
+    def _trim_out(self, r: _Replica) -> None:
+        """Forget delivery times of steps before every request still running on ``r`` arrived."""
+        oldest = min((s.req.arrival_ns for s, x in self._active.values() if x is r), default=self.clock.now())
+        cut = bisect.bisect_left(r.out_ends, oldest)
+        del r.out_ends[:cut], r.out_delivered[:cut]
 
     async def _resolve_at(self, req: SimRequest, reason: str, t: int) -> None:
         await self.clock.sleep_until(t)
@@ -370,6 +433,8 @@ class Engine:
                 self.itl.observe(c.time_s, b.n_dec)
                 if b.inc > 1:
                     self.itl.observe(0.0, b.n_dec * (b.inc - 1))
+            if self.fe_tok_ns:
+                self._stream_out(r, b, now)
             sched.complete(b, now, int(c.comm_s * 1e9))
 
     def _reject_head(self, r: _Replica, now: int) -> None:
@@ -440,6 +505,7 @@ class Engine:
             "expert_imbalance": max(r.imbalance for r in rs),
             "expert_imbalance_ratio": self.imbalance_hist.snapshot(),
             "step_cpu_seconds_total": sum(r.cpu_s for r in rs),
+            "frontend_cpu_seconds_total": self.fe_busy_ns / 1e9,
             "cost_backend": self.backend,
             "all_to_all_bytes_total": sum(r.a2a_bytes for r in rs),
             "requests_finished": dict(self.requests_finished),

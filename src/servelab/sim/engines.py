@@ -48,6 +48,12 @@ class EngineProfile:
     # Admission reserves KV for the whole request (prompt + max_tokens) and never preempts (TensorRT-LLM's
     # GUARANTEED_NO_EVICT); False: blocks on demand, preempt when they run out.
     reserve_full: bool = False
+    # The API server's CPU work on its one core, serialised across requests (vLLM runs one API-server process
+    # by default): per request (HTTP, validation, chat template, tokenization, hand-off to the engine) and per
+    # output token (detokenization, building and writing the stream chunk). Part of ``api_ms`` on an idle
+    # server; under load requests and tokens queue for that core. 0: not modelled.
+    frontend_req_ms: float = 0.0
+    frontend_tok_us: float = 0.0
 
     def batch_defaults(self, hbm_gb: float) -> tuple[int, int]:
         """(max_num_seqs, max_num_batched_tokens) this engine picks on a GPU with ``hbm_gb`` of memory."""
@@ -60,7 +66,8 @@ class EngineProfile:
     def facts(self) -> dict[str, Any]:
         return {"name": self.name, "version": self.version, "async_scheduling": self.async_scheduling,
                 "step_cpu_us": self.step_cpu_us, "step_cpu_per_seq_us": self.step_cpu_per_seq_us,
-                "api_ms": self.api_ms, "source": self.source}
+                "api_ms": self.api_ms, "frontend_req_ms": self.frontend_req_ms,
+                "frontend_tok_us": self.frontend_tok_us, "source": self.source}
 
 
 @lru_cache(maxsize=1)
