@@ -291,9 +291,9 @@ class Engine:
         req.output_tokens = s.out
         req.token_times_ns = sched.token_times(s)
         if r.out_ends and req.on_tokens is None:  # tokens left the API server when its core got to them
-            req.token_times_ns = [self._delivered(r, t) for t in req.token_times_ns]
+            req.token_times_ns = self._delivered(r, req.token_times_ns)
             if req.first_token_ns is not None:
-                req.first_token_ns = self._delivered(r, req.first_token_ns)
+                req.first_token_ns = self._delivered(r, [req.first_token_ns])[0]
             if req.token_times_ns:
                 now = max(now, req.token_times_ns[-1])
         # The response side of the API server: a client in process sees every token (and the end) later by
@@ -323,10 +323,21 @@ class Engine:
             asyncio.get_running_loop().create_task(self._resolve_at(req, s.reason, now))
 
     @staticmethod
-    def _delivered(r: _Replica, t: int) -> int:
-        """When the token of ``r``'s step that ended at ``t`` left the API server."""
-        i = bisect.bisect_left(r.out_ends, t)
-        return r.out_delivered[i] if i < len(r.out_ends) and r.out_ends[i] == t else t
+    def _delivered(r: _Replica, times: list[int]) -> list[int]:
+        """When the tokens of ``r``'s steps that ended at ``times`` (ascending) left the API server."""
+        if not times:
+            return times
+        ends, dl = r.out_ends, r.out_delivered
+        i = bisect.bisect_left(ends, times[0])
+        k = len(times)
+        if ends[i:i + k] == times:  # one token per recorded step, the common case: one slice
+            return dl[i:i + k]
+        out, n = [], len(ends)
+        for t in times:
+            while i < n and ends[i] < t:
+                i += 1
+            out.append(dl[i] if i < n and ends[i] == t else t)
+        return out
 
     def _stream_out(self, r: _Replica, b: Any, now: int) -> None:
         """Book the step's output tokens of clients in process on the API server's core (detokenize and
