@@ -100,3 +100,29 @@ def test_vllm_profile_cites_its_front_end_costs():
     for eng in ("sglang", "trtllm"):  # no public per-request figure: not modelled
         p = parse_sim_target(f"sim:llama-3.1-8b@1xh100,engine={eng}").profile
         assert p is not None and (p.frontend_req_ms, p.frontend_tok_us) == (0.0, 0.0)
+
+
+def test_delivery_times_survive_the_trimming_of_old_steps():
+    # One client sends three requests of 3000 tokens one after another (9000 steps, over TRIM_OUT = 4096
+    # recorded steps, so old ones are dropped on the way). 1 ms steps, one token each, 0.5 ms to write it:
+    # the core keeps up, every token leaves 0.5 ms after its step. Request n arrives when n-1 is done.
+    clock = VirtualClock()
+    eng = _engine(clock, 1.0, api_ms=0.0, frontend_req_ms=0.0, frontend_tok_us=500.0)
+
+    async def main() -> list[SimRequest]:
+        eng.start()
+        done = []
+        for rid in (1, 2, 3):
+            r = _req(rid, 3000)
+            r.arrival_ns = clock.now()
+            eng.submit(r)
+            await r.done  # type: ignore[misc]
+            done.append(r)
+        await eng.stop()
+        return done
+
+    done = clock.run(main)
+    for r in done:
+        start = r.arrival_ns
+        assert r.token_times_ns == [start + k * MS + MS // 2 for k in range(1, 3001)]
+    assert len(eng.replicas[0].out_ends) < 9000
