@@ -144,8 +144,11 @@ class SiliconCost:
         from servelab.sim.costmodel import RooflineCost
 
         self.dep, self.roof = dep, roofline
-        # AIConfigurator's MoE kernels were measured with uniform routing; the step of a skewed deployment
-        # is stretched by the roofline's ratio of skewed to balanced time (the slowest EP rank sets it).
+        # The step of a skewed deployment is stretched by the roofline's ratio of skewed to balanced time (the
+        # slowest EP rank sets it). Caveat, measured: AIConfigurator's forward-pass model reads its MoE rows
+        # measured under power-law routing on the busiest EP rank (alpha 1.2; 1.01 for DeepSeek), not balanced
+        # ones (a gpt-oss-20b B200 decode step moves by exactly 24 layers x the power_law_1.2 rows' difference
+        # between two MoE dtypes), so default routing counts skew twice (x1.04-1.16 on EP 2-8 decode steps).
         self.balanced = (
             RooflineCost(replace(dep, expert_skew=0.0)) if dep.model.is_moe and dep.ep > 1 else None
         )
