@@ -31,15 +31,18 @@ def _failed(shard: int, error: str, exitcode: int | None) -> ShardOutcome:
 WORKLOADS = {
     "requests": ({"input_tokens": 24, "output_tokens": 8}, {"requests": 8}),
     "agent": ({"kind": "agent", "profile": "chat"}, {"sessions": 4}),
+    "mix": (None, {"duration_s": 1}),
 }
 
 
 @pytest.mark.parametrize("kind", sorted(WORKLOADS))
 def test_worker_processes_load_no_parquet_nor_prometheus_parser(server, tmp_path, kind):
     workload, limits = WORKLOADS[kind]
+    run = {"workload": workload, "load": {"concurrency": 2}} if workload else {
+        "mix": [{"workload": "chat", "concurrency": 2}, {"workload": "batch-summarize", "concurrency": 2}]}
     cfg = validate(RunConfig, {
-        "target": {"url": server.url}, "workload": workload, "seed": 1, "load": {"concurrency": 2},
-        "limits": limits, "telemetry": {"enabled": False}, "out": str(tmp_path)})
+        "target": {"url": server.url}, "seed": 1, "limits": limits, "telemetry": {"enabled": False},
+        "out": str(tmp_path), **run})
     spec, _, _ = plan_run(cfg, executor=Executor(workers=2))
     outs = run_processes(drive_and_list_modules, spec, 2, failed=_failed)
     assert [o.error for o in outs] == [None, None]

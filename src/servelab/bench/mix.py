@@ -27,9 +27,6 @@ from typing import Any
 
 import numpy as np
 
-from servelab.analysis.agents import agent_summary
-from servelab.analysis.cost import cost_summary
-from servelab.analysis.mix import class_figures
 from servelab.bench.targets import make_transport
 from servelab.bench.work import RunRecords, Work, shard_ids
 from servelab.clock import NS_PER_S, Clock
@@ -253,6 +250,11 @@ def mix_summary(
     cfg: RunConfig, facts: dict[str, Any], records: RunRecords, outcome: RunOutcome
 ) -> dict[str, Any]:
     """The mix's part of the summary: the run's tasks (all classes) and ``classes`` (each class's figures)."""
+    # analysis (pyarrow) runs at the summary, in the coordinator: a worker running the mix never loads it
+    from servelab.analysis.agents import agent_summary
+    from servelab.analysis.cost import cost_summary
+    from servelab.analysis.mix import class_figures
+
     sessions = records.sessions if records.sessions is not None else []
     duration_s = (outcome.ended_ns - outcome.started_ns) / NS_PER_S
     out: dict[str, Any] = {"profile": facts.get("profile")}
