@@ -210,8 +210,19 @@ if __name__ == "__main__":
     d, state = run_sweep(spec)
     print(json.dumps({"wall_s": time.perf_counter() - t,
                       "ok": sum(e["status"] == "ok" for e in state["points"]),
-                      "knee": (state.get("knee") or {}).get("level")}))
+                      "knee": state.get("knee"), "knee_reason": state.get("knee_reason")}))
 """
+
+
+def _knee(r: dict) -> str:
+    """The knee's level, or where it lies when the sweep found none inside its grid (the sweep's knee is a
+    dict whose ``level`` is None then: ``beyond`` with ``low`` the last level, or no bend at all)."""
+    k = r.get("knee") or {}
+    if k.get("level") is not None:
+        return f"{k['level']:g}"
+    if k.get("beyond") and k.get("low") is not None:
+        return f">={k['low']:g}"
+    return "none"
 
 
 def sweep(n: int) -> None:
@@ -228,7 +239,9 @@ def sweep(n: int) -> None:
             print(f"(ray: {str(e).splitlines()[-1]})")
     for name, r in rows.items():
         print(f"{name:<16} {r['wall_s']:>8.1f} {r['ok']:>10} {rows['serial']['wall_s'] / r['wall_s']:>9.2f} "
-              f"{str(r['knee']):>6}")
+              f"{_knee(r):>6}")
+    for reason in dict.fromkeys(r["knee_reason"] for r in rows.values() if r.get("knee_reason")):
+        print(f"knee: {reason}")
 
 
 def memory(url: str, sizes: list[int], conc: int) -> None:
