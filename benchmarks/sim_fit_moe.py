@@ -7,14 +7,19 @@ context per sequence) and prefill chunks of 512-8192 tokens. FITTING set: H100 a
 H200 rows (and GB200 where it fits). None of these are the end-to-end rows of benchmarks/fidelity_cases.yaml
 (those are published throughputs; this fits step times only). Mixtral is not in AIConfigurator's data.
 
-Per family (Hopper, Blackwell) the fit grid-searches, least squared log error of roofline / silicon step time:
+Per family (Hopper, Blackwell) and per serving engine with fitting rows in that family (the engines' MoE
+kernels differ more than one curve per family can follow), the fit grid-searches, least squared log error of
+roofline / silicon step time (an engine without fitting rows, e.g. SGLang on Hopper, keeps the family's
+constants; ``--family`` refits those too, over all engines' rows):
   moe_compute_eff        grouped expert GEMMs relative to dense ones at saturation
   moe_rows_half          tokens per expert at which the grouped GEMM reaches half of moe_compute_eff
   moe_tp_slice_rows      TP slicing: an expert sliced moe_tp ways loses efficiency as if its rows were
                          divided by (1 + (moe_tp - 1) * this); 0 = slicing costs nothing
   moe_layer_overhead_us  fixed time per MoE layer per step (router, permute, grouped-GEMM launches)
   moe_roof_k             soft roofline of the routed experts, (compute^k + weight reads^k)^(1/k); 0 = max
-Prints the fit table (best constants, rms log error) and the residuals per slice, before and after.
+  moe_prefill_eff        prefill tokens' expert GEMM efficiency relative to decode tokens' (per engine only)
+Prints the fit table (best constants, rms log error, the hardware.yaml lines) and the residuals per slice
+(family, engine, phase), before and after.
 
     /tmp/silvenv/bin/python benchmarks/sim_fit_moe.py     # builds benchmarks/data/sim_moe_grid.json once
     PYTHONPATH=src python benchmarks/sim_fit_moe.py       # from the cached grid
@@ -70,6 +75,10 @@ GRID = {
     "moe_layer_overhead_us": (15, 30, 50, 80),
     "moe_roof_k": (0, 1.5, 2, 4),
 }
+PREFILL_EFF = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.2, 1.5)  # moe_prefill_eff, per engine
+# An engine keeps the family's constants unless its own lower the rms log error on its fitting rows by this
+# much (relative): a flat loss picks constants the data do not support, and they move untested rows.
+MIN_GAIN = 0.05
 
 
 def args_of(r: dict) -> tuple[int, int, int, int, int]:
@@ -129,10 +138,15 @@ def slice_of(r: dict) -> str:
     return f"{r['family'][7:]:<10} {r['engine']:<7} {phase}"
 
 
+def fam_of(r: dict, fams: dict[str, Family]) -> Family | None:
+    """The fitted constants of a row: its (family, engine)'s, else its family's, else None (the catalog's)."""
+    return fams.get(f"{r['family']}/{r['engine']}") or fams.get(r["family"])
+
+
 def report(rows: list[dict], fams: dict[str, Family], title: str) -> float:
     print(f"\n{title}")
     print(f"{'slice':<32} {'set':<6} {'n':>3} {'median |err|':>13} {'max |err|':>10} {'median err':>11}")
-    items = [(slice_of(r), r["set"], roof_s(r, fams.get(r["family"])) / r["silicon_s"] - 1) for r in rows]
+    items = [(slice_of(r), r["set"], roof_s(r, fam_of(r, fams)) / r["silicon_s"] - 1) for r in rows]
     for s, k in sorted({(s, k) for s, k, _ in items}):
         e = [x for s2, k2, x in items if (s2, k2) == (s, k)]
         print(f"{s:<32} {k:<6} {len(e):>3} {100 * statistics.median(abs(x) for x in e):>12.1f}% "
@@ -141,6 +155,39 @@ def report(rows: list[dict], fams: dict[str, Family], title: str) -> float:
         e = [abs(x) for _, k2, x in items if k2 == k]
         print(f"{k} set: median |err| {100 * statistics.median(e):.1f}%, max {100 * max(e):.1f}%, n={len(e)}")
     return statistics.median(abs(x) for _, k2, x in items if k2 == "check")
+
+
+def loss_of(mine: list[dict], fam: Family) -> float:
+    return sum(math.log(roof_s(r, fam) / r["silicon_s"]) ** 2 for r in mine)
+
+
+def fit_engine(rows: list[dict], base: Family, engine: str, family: Family) -> Family | None:
+    """Grid-search the MoE constants and moe_prefill_eff on one engine's fitting rows of ``base``'s family.
+    ``base``: the family as the catalog gives it to that engine; ``family``: without engine constants. None
+    when the engine has no fitting rows or its own constants do not beat the family's by MIN_GAIN."""
+    mine = [r for r in rows if r["family"] == base.name and r["engine"] == engine and r["set"] == "fit"]
+    if not mine:
+        return None
+    dec = [r for r in mine if r["phase"] != "prefill"]
+    pre = [r for r in mine if r["phase"] == "prefill"]
+    best, best_loss = base, math.inf
+    for vals in itertools.product(*GRID.values()):
+        fam = replace(base, **dict(zip(GRID, vals, strict=True)))
+        d_loss = loss_of(dec, fam)  # decode rows do not depend on moe_prefill_eff
+        if d_loss >= best_loss:
+            continue
+        for pf in PREFILL_EFF:
+            fam_pf = replace(fam, moe_prefill_eff=pf)
+            loss = d_loss + loss_of(pre, fam_pf)
+            if loss < best_loss:
+                best, best_loss = fam_pf, loss
+    kv = " ".join(f"{k}={getattr(best, k)}" for k in (*GRID, "moe_prefill_eff"))
+    rms, rms_family = math.sqrt(best_loss / len(mine)), math.sqrt(loss_of(mine, family) / len(mine))
+    keep = rms <= rms_family * (1 - MIN_GAIN)
+    print(f"{base.name} {engine}: {kv}  rms log error {rms:.3f} (family's constants {rms_family:.3f}, "
+          f"catalog {math.sqrt(loss_of(mine, base) / len(mine)):.3f}) over {len(mine)} fitting rows"
+          + ("" if keep else f": gain under {MIN_GAIN:.0%}, the family's constants stay"))
+    return best if keep else None
 
 
 def fit(rows: list[dict], base: Family) -> Family:
@@ -166,10 +213,22 @@ def main() -> None:
     if "--no-fit" in sys.argv:
         return
     print("\nfit (least squared log error on the fitting rows):")
-    fams = {}
+    fams: dict[str, Family] = {}
+    adopted: set[str] = set()
     for name in sorted({r["family"] for r in rows}):
-        base = parse_sim_target("sim:gpt-oss-20b@1x" + ("h100" if "hopper" in name else "b200")).family
-        fams[name] = fit(rows, base)
+        family = parse_sim_target("sim:gpt-oss-20b@1x" + ("h100" if "hopper" in name else "b200")).family
+        if "--family" in sys.argv:
+            family = fams[name] = fit(rows, replace(family, engines=()))
+        for engine in sorted({r["engine"] for r in rows if r["family"] == name}):
+            got = fit_engine(rows, family.for_engine(engine), engine, family.for_engine(None))
+            if got is not None:
+                adopted.add(f"{name}/{engine}")
+            fams[f"{name}/{engine}"] = got or family.for_engine(None)
+    print("\nhardware.yaml, per family:  engines: {ENGINE: {...}}")
+    for key, fam in sorted(fams.items()):
+        if key in adopted:
+            print(f"  {key}: {{" + ", ".join(f"{k}: {getattr(fam, k):g}" for k in (*GRID, "moe_prefill_eff"))
+                  + "}")
     report(rows, fams, "roofline (fitted constants) vs silicon MoE step times")
 
 

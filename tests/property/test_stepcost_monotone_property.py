@@ -22,6 +22,8 @@ SPECS = (
     "sim:llama-3.1-70b@8xmi300x",
     "sim:qwen3-235b-a22b@8xh100,tp=8,engine=vllm",  # every expert TP-sliced 8 ways
     "sim:gpt-oss-120b@1xb200,engine=trtllm",  # Blackwell: few-tokens-per-expert penalty
+    # per-engine MoE constants: Blackwell SGLang prices prefill tokens' experts above decode's (1.2)
+    "sim:deepseek-v3@8xb200,dtype=fp8,ep=8,dp_attention=true,engine=sglang",
 )
 
 

@@ -52,7 +52,10 @@ class RooflineCost:
 
     def __init__(self, dep: Deployment) -> None:
         self.dep = d = dep
-        m, hw, fam = d.model, d.hardware, d.family
+        # The family's constants as this deployment's engine runs them (its own MoE constants where the
+        # catalog has them; the family's for AMD, TPU and a deployment without an engine profile).
+        m, hw, fam = d.model, d.hardware, d.family.for_engine(d.profile.name if d.profile else None)
+        self.fam = fam
         self.m = m
         self.peak_w = hw.tflops(d.dtype) * 1e12
         self.peak_e = hw.tflops(d.expert_compute_dtype) * 1e12
@@ -73,6 +76,7 @@ class RooflineCost:
         self.moe_oh = fam.moe_layer_overhead_us * 1e-6
         self.moe_half, self.moe_slice = fam.moe_rows_half, fam.moe_tp_slice_rows
         self.moe_k = fam.moe_roof_k
+        self.moe_pf = fam.moe_prefill_eff
         # Links: scale-up (inside the domain) and scale-out, per direction, derated by comm_eff.
         self.up_bw = hw.scaleup_gbps / 2 * 1e9 * fam.comm_eff
         if hw.scaleup_topology.startswith("torus"):
@@ -210,9 +214,12 @@ class RooflineCost:
             imb = self.imbalance(n)
         per_gpu_experts = min(m.n_experts / ep, touched / ep * self.static_imb)
         rows_e = n / max(touched, 1.0)
+        # Prefill tokens' expert GEMMs run at moe_prefill_eff of the decode tokens' efficiency: counted as
+        # 1 / moe_prefill_eff tokens of work each (a prefill token never costs less than nothing: monotone).
+        n_work = (tok - p_tok + p_tok / self.moe_pf) * m.top_k
         # The slowest EP rank sets the layer: its routed-expert work is ``imb`` times the mean.
         tc, tm = self._roof(
-            2 * m.expert_params * n / tp * imb,
+            2 * m.expert_params * n_work / tp * imb,
             self.peak_e,
             self._moe_eff(rows_e) * self.lp_e,
             per_gpu_experts * m.expert_params * self.eb / d.moe_tp,

@@ -102,7 +102,7 @@ def test_refit_moe_step_is_within_10_percent_of_silicon(spec, silicon_ms):
 def test_moe_efficiency_falls_with_few_tokens_per_expert_and_thin_tp_slices():
     from dataclasses import replace
     dep = parse_sim_target("sim:qwen3-235b-a22b@8xh200,tp=8,engine=vllm,backend=roofline,expert_skew=0")
-    fam = replace(dep.family, moe_compute_eff=0.5, moe_rows_half=8.0, moe_tp_slice_rows=0.0)
+    fam = replace(dep.family, moe_compute_eff=0.5, moe_rows_half=8.0, moe_tp_slice_rows=0.0, engines=())
     cost = CostModel(replace(dep, family=fam))
     # dense curve at <= 64 rows is decode_compute_eff (0.45): 0.45 x 0.5 x r / (r + 8)
     assert cost._moe_eff(8.0) == pytest.approx(0.45 * 0.5 * 0.5)
@@ -130,4 +130,80 @@ def test_moe_family_constants_must_be_non_negative_numbers(value, tmp_path):
     e = {"compute_eff": 0.7, "decode_compute_eff": 0.45, "mem_eff": 0.7, "comm_eff": 0.7,
          "step_overhead_us": 125, "layer_overhead_us": 50, "moe_rows_half": value}
     with pytest.raises(TargetError, match="moe_rows_half"):
+        _parse_family("f", e, "families.f")
+
+
+# Per-engine MoE constants (hardware.yaml families.<f>.engines, benchmarks/sim_fit_moe.py): the deployment's
+# engine profile picks them; an engine the family has no entry for, or no engine at all, gets the family's.
+def _engine_family(dep):
+    from dataclasses import replace
+    return replace(dep.family, moe_compute_eff=0.5, moe_rows_half=0.0, moe_tp_slice_rows=0.0, moe_roof_k=0.0,
+                   moe_prefill_eff=1.0, engines=(("vllm", (("moe_compute_eff", 0.25),)),
+                                                 ("trtllm", (("moe_prefill_eff", 0.8),))))
+
+
+def _prefill_layer_compute(engine):
+    from dataclasses import replace
+    eng = "vllm" if engine == "none" else engine
+    dep = parse_sim_target(f"sim:qwen3-30b-a3b@1xh100,engine={eng},backend=roofline,expert_skew=0")
+    dep = replace(dep, family=_engine_family(dep))
+    if engine == "none":
+        dep = replace(dep, profile=None)
+    cost = CostModel(dep)
+    p = 4096
+    return cost._layer(float(p), 0.0, 0.0, float(p), p * (p + 1) / 2, float(p), moe=True, sliding=False)[0]
+
+
+def test_engine_moe_constants_are_picked_by_the_deployments_engine():
+    # Qwen3-30B-A3B BF16 on 1 x H100 (128 experts, top-8, 4,718,592 parameters each), a 4,096-token prefill:
+    # 32,768 assignments touch all 128 experts, 256 rows each; dense curve at 256 rows
+    # 0.45 + (0.70 - 0.45) x log2(256 / 64) / 5 = 0.55; compute-bound (all experts' weights, 1.21 GB, read in
+    # 0.52 ms against 1.14 ms of math at the family's 0.5), hard max (moe_roof_k 0).
+    flops = 2 * 4_718_592 * 4096 * 8  # routed-expert FLOPs of the layer
+    peak = 989e12 * 0.55
+    none, sglang = _prefill_layer_compute("none"), _prefill_layer_compute("sglang")
+    vllm, trtllm = _prefill_layer_compute("vllm"), _prefill_layer_compute("trtllm")
+    # vLLM's moe_compute_eff 0.25 instead of the family's 0.5: the routed experts take twice as long
+    assert vllm - none == pytest.approx(flops / peak * (1 / 0.25 - 1 / 0.5))  # +2.274 ms
+    # TensorRT-LLM's prefill tokens at 0.8 of the decode efficiency: 4,096 / 0.8 = 5,120 tokens of work
+    assert trtllm - none == pytest.approx(flops / peak / 0.5 * (1 / 0.8 - 1))  # +0.284 ms
+    # SGLang has no entry: the family's constants, like a deployment without an engine profile
+    assert sglang == pytest.approx(none)
+
+
+def test_catalog_engines_give_vllm_and_trtllm_different_moe_steps():
+    # The same gpt-oss-20b step shape on 1 x H100 under vLLM and TensorRT-LLM: both run the MXFP4 experts
+    # in BF16 math with BF16 KV, so only the per-engine MoE constants of hardware.yaml tell them apart
+    # (TensorRT-LLM has its own on Hopper; vLLM, whose own fit gained under 5%, the family's).
+    from dataclasses import replace
+    vllm = CostModel(parse_sim_target("sim:gpt-oss-20b@1xh100,engine=vllm,backend=roofline,expert_skew=0"))
+    trt = CostModel(parse_sim_target("sim:gpt-oss-20b@1xh100,engine=trtllm,backend=roofline,expert_skew=0"))
+    for shape in ((256, 256 * 2048), (0, 0, 2048, 2048 * 2049 // 2, 2048)):
+        assert vllm.step(*shape).time_s != pytest.approx(trt.step(*shape).time_s, rel=0.01)
+    fam = vllm.dep.family
+    assert vllm.fam == fam.for_engine("vllm") == fam.for_engine(None)
+    assert trt.fam == fam.for_engine("trtllm") != fam.for_engine(None)
+    assert (trt.fam.moe_compute_eff, trt.fam.moe_prefill_eff) == (0.6, 0.6)  # hardware.yaml's trtllm entry
+    assert (vllm.fam.moe_compute_eff, vllm.fam.moe_prefill_eff) == (0.5, 1.0)  # the family's
+    # an engine-less deployment keeps the family's constants
+    bare = CostModel(replace(vllm.dep, profile=None))
+    assert bare.fam == replace(fam, engines=())
+    assert bare.fam.moe_compute_eff == fam.moe_compute_eff
+
+
+def test_engine_moe_constants_parse_and_reject_unknown_keys():
+    from servelab.sim.catalog import _parse_family
+    e = {"compute_eff": 0.7, "decode_compute_eff": 0.45, "mem_eff": 0.7, "comm_eff": 0.7,
+         "step_overhead_us": 125, "layer_overhead_us": 50, "moe_compute_eff": 0.5,
+         "engines": {"vllm": {"moe_compute_eff": 0.4, "moe_prefill_eff": 0.7}}}
+    fam = _parse_family("f", e, "families.f")
+    assert fam.for_engine("vllm").moe_compute_eff == 0.4
+    assert fam.for_engine("vllm").moe_prefill_eff == 0.7
+    assert fam.for_engine("trtllm").moe_compute_eff == 0.5
+    assert fam.for_engine("trtllm").moe_prefill_eff == 1.0
+    e["engines"]["vllm"] = {"compute_eff": 0.9}
+    with pytest.raises(TargetError, match="unknown key"):
+        _parse_family("f", e, "families.f")
+    e["engines"]["vllm"] = {"moe_prefill_eff": 0}
+    with pytest.raises(TargetError, match="moe_prefill_eff"):
         _parse_family("f", e, "families.f")

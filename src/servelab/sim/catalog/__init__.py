@@ -8,7 +8,7 @@ case-insensitive. Unknown names raise :class:`servelab.errors.TargetError` listi
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,20 @@ class Family:
     moe_layer_overhead_us: float = 15.0
     # Routed experts' compute and weight reads overlap imperfectly: time = (c^k + m^k)^(1/k); 0 = max(c, m).
     moe_roof_k: float = 0.0
+    # Routed-expert GEMM efficiency of prefill tokens relative to decode tokens at the same rows per expert
+    # (the engines run prefill's grouped GEMMs through other kernels and tile choices than decode's).
+    moe_prefill_eff: float = 1.0
+    # Per serving engine, the MoE constants above that its kernels need instead of the family's (fitted on
+    # that engine's silicon step times); (engine name, ((constant, value), ...)) pairs, see for_engine.
+    engines: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = ()
+
+    def for_engine(self, engine: str | None) -> Family:
+        """These constants as ``engine`` (vllm, sglang, trtllm) runs them: the family's, with the engine's
+        own MoE constants where the catalog has them; an engine without any, or none, gets the family's."""
+        for name, vals in self.engines:
+            if name == engine:
+                return replace(self, engines=(), **dict(vals))  # type: ignore[arg-type]
+        return replace(self, engines=()) if self.engines else self
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,16 +291,42 @@ def _parse_family(name: str, e: dict[str, Any], where: str) -> Family:
     )
     _require(e, keys, where)
     vals = {k: _num(e[k], f"{where}.{k}") for k in keys}
-    for opt in ("moe_compute_eff", "lowp_compute_eff"):
-        if opt in e:
-            vals[opt] = _num(e[opt], f"{where}.{opt}")
-    for opt in ("moe_rows_half", "moe_tp_slice_rows", "moe_layer_overhead_us", "moe_roof_k"):
-        if opt in e:
-            v = e[opt]
-            if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
-                raise TargetError(f"{where}.{opt}: expected a number >= 0, got {v!r}")
-            vals[opt] = float(v)
-    return Family(name=name, source=str(e.get("source", "")), **vals)  # type: ignore[arg-type]
+    if "lowp_compute_eff" in e:
+        vals["lowp_compute_eff"] = _num(e["lowp_compute_eff"], f"{where}.lowp_compute_eff")
+    vals.update(_moe_constants(e, where))
+    engines = e.get("engines") or {}
+    if not isinstance(engines, dict):
+        raise TargetError(f"{where}.engines: expected a mapping of engine name to MoE constants")
+    per_engine = []
+    for eng, ev in engines.items():
+        w = f"{where}.engines.{eng}"
+        if not isinstance(ev, dict):
+            raise TargetError(f"{w}: expected a mapping of MoE constants")
+        unknown = sorted(set(ev) - set(_MOE_KEYS))
+        if unknown:
+            raise TargetError(f"{w}: unknown key(s) {', '.join(map(str, unknown))}",
+                              hint=f"per-engine keys: {', '.join(_MOE_KEYS)}")
+        per_engine.append((str(eng).lower(), tuple(sorted(_moe_constants(ev, w).items()))))
+    return Family(name=name, source=str(e.get("source", "")), engines=tuple(per_engine),
+                  **vals)  # type: ignore[arg-type]
+
+
+# MoE constants a family sets and each engine may override (benchmarks/sim_fit_moe.py fits them).
+_MOE_KEYS = ("moe_compute_eff", "moe_rows_half", "moe_tp_slice_rows", "moe_layer_overhead_us", "moe_roof_k",
+             "moe_prefill_eff")
+
+
+def _moe_constants(e: dict[str, Any], where: str) -> dict[str, float]:
+    vals: dict[str, float] = {}
+    for opt in _MOE_KEYS:
+        if opt not in e:
+            continue
+        v = e[opt]
+        positive = opt in ("moe_compute_eff", "moe_prefill_eff")
+        if isinstance(v, bool) or not isinstance(v, int | float) or v < 0 or (positive and v == 0):
+            raise TargetError(f"{where}.{opt}: expected a number {'> 0' if positive else '>= 0'}, got {v!r}")
+        vals[opt] = float(v)
+    return vals
 
 
 _HW_NUM = ("bf16_tflops", "hbm_gb", "hbm_tbps", "scaleup_gbps", "scaleup_latency_us", "scaleout_latency_us")
