@@ -9,7 +9,8 @@ remote node) as latency + bytes / link bandwidth; ``overlap`` (two micro-batches
 compute at the price of reading the weights twice. Expert imbalance (max over GPUs / mean) scales the MoE
 compute unless ``eplb``. Pipeline stages keep ``min(pp, seqs)`` micro-batches in flight across steps, so a
 step costs ``pp`` stage times of one micro-batch (no per-step bubble once every stage has work). Fixed
-per-step and per-layer overheads and the efficiency constants come from the hardware family.
+per-step and per-layer overheads and the efficiency constants come from the hardware family; its MoE constants
+from the family's entry for the deployment's serving engine where it has one (``Family.for_engine``).
 """
 
 from __future__ import annotations
