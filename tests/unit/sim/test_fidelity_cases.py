@@ -81,3 +81,14 @@ def test_sharegpt_rows_draw_lengths_around_the_published_means():
     assert all(4 <= i <= 1024 and 4 <= o and i + o <= 2048 for i, o in lengths)
     assert len({o for _, o in lengths}) > 50  # not one length for all
     assert fc.sharegpt_lengths(100, 229, 217) == lengths  # seeded
+
+
+def test_deepseek_developer_guide_rows_keep_the_default_expert_routing():
+    # Their llm_options set attention_dp_config enable_balance true: the attention-DP ranks' scheduling
+    # (context requests spread over the ranks), not a MoE load balancer (moe_config load_balancer is not set).
+    # The rows had read it as eplb=true.
+    cases = {c.id: c for c in fc.load()[1]}
+    for cid in ("N-1", "N-2", "N-3"):
+        dep = fc.deployment(cases[cid], "roofline")
+        assert dep.dp_attention and not dep.eplb
+        assert dep.skew == 0.6  # servelab's default routing skew
