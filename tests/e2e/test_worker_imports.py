@@ -71,3 +71,28 @@ def test_workers_fork_from_one_server_that_imported_the_shard_code_once(server, 
     assert os.getpid() not in server_pid
     # each worker sees the coordinator's environment as it is at the start of the run
     assert [o.facts["env"] for o in outs] == ["set after the fork server started"] * 2
+
+
+@pytest.mark.skipif("forkserver" not in __import__("multiprocessing").get_all_start_methods(),
+                    reason="no fork server on this platform: workers are spawned")
+def test_parallel_sweep_workers_fork_from_one_server_that_imported_the_point_code_once(tmp_path):
+    from servelab.sweep.grid import expand
+    from servelab.sweep.parallel import run_points
+    from servelab.sweep.runner import SweepSpec, point_config
+    from tests.e2e.sweep_worker_modules import point_and_pids
+
+    multiprocessing.forkserver._forkserver._stop()  # a fresh fork server reads this pool's preload list
+    base = {"target": {"url": "sim"}, "workload": {"input_tokens": 16, "output_tokens": 4},
+            "limits": {"requests": 4}, "telemetry": {"enabled": False}}
+    spec = SweepSpec(base=base, axes={"concurrency": [1, 2, 3, 4, 5]}, out=str(tmp_path), report=False,
+                     parallel=2)
+    work = [(i, p, point_config(base, p.params)) for i, p in enumerate(expand(spec.axes))]
+    got: dict[int, dict] = {}
+    run_points(work, point_and_pids, (tmp_path, spec), parallel=2, ray_address=None,
+               on_done=got.__setitem__, out_of_budget=lambda: False)
+    assert [got[i]["status"] for i in range(5)] == ["ok"] * 5
+    pids, imported_in = {e["pid"] for e in got.values()}, {e["imported_in"] for e in got.values()}
+    # five points on at most two worker processes, kept from point to point
+    assert 1 <= len(pids) <= 2
+    # the point's code (servelab.sweep.runner with it) was imported once, in one other process, for both
+    assert len(imported_in) == 1 and not (pids & imported_in) and os.getpid() not in imported_in

@@ -138,7 +138,7 @@ def on_sigint(callback: Callable[[], None]) -> Any:
 def run_processes(drive: Drive, spec: Any, workers: int, *, failed: Failed, on_report: Report | None = None,
                   on_interrupt: Callable[[], None] | None = None) -> list[Any]:
     """Run ``workers`` shards in worker processes on this host; returns their outcomes by shard."""
-    ctx = _context(drive)
+    ctx = worker_context(drive)
     q, stop, go, start_at = ctx.Queue(), ctx.Event(), ctx.Event(), ctx.Value("q", 0)
     env = dict(os.environ)
     procs = [
@@ -161,13 +161,14 @@ def run_processes(drive: Drive, spec: Any, workers: int, *, failed: Failed, on_r
     return [co.results[w] for w in range(workers)]
 
 
-def _context(drive: Drive) -> Any:
+def worker_context(drive: Callable[..., Any]) -> Any:
     """Fresh interpreters (no inherited event loop, threads or sockets). Where the platform has one, a fork
     server: started once per coordinator process, it imports the drive's module, then each worker is
     forked from it. A worker still runs ``__main__``'s top level, as a spawned one did (Python 3.11's fork
     server is never given the main path, so listing ``__main__`` does not preload it): for the
     ``servelab`` script, the CLI's imports, ~0.05 s of CPU. Spawned one by one, every worker
-    paid an interpreter start and those imports itself, 0.3-0.5 s of CPU each. Elsewhere: spawn."""
+    paid an interpreter start and those imports itself, 0.3-0.5 s of CPU each. Elsewhere: spawn. A parallel
+    sweep's point pool uses it too (:mod:`servelab.sweep.parallel`)."""
     if "forkserver" not in mp.get_all_start_methods():
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
