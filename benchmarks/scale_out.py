@@ -12,7 +12,10 @@ Every case runs in a fresh process and is compared with a reference measured in 
               server's, client CPU per request in the load window must not grow with W (w2/w1 about 1);
               the reference's own 2-process/1-process ratio shows what the setup alone does.
   sweep       8 simulated points (concurrency 1..128) serial, --parallel 2, and on a local Ray cluster:
-              wall time and speed-up over serial.
+              wall time, CPU seconds (the sweep process and its workers) and speed-up over serial, beside
+              the speed-up this box gives two pure-Python processes over one right now, measured in the
+              same invocation (on a box shared with other sessions it can be near 1: the kernel's
+              autogroup scheduler gives a session one share of the CPU, however many processes it runs).
   memory      peak RSS of a whole run (load, merge to Parquet, summary) at 10k and 100k requests (1M with
               --million), beside the raw reference's peak RSS for the same requests.
 
@@ -197,20 +200,54 @@ def _throughput_verdict(rows: dict[str, dict], spawn_ms: float) -> None:
 
 
 _SWEEP = r"""
-import json, sys, time
+import json, multiprocessing.forkserver, os, resource, sys, time
 from servelab.sweep.runner import SweepSpec, run_sweep
 if __name__ == "__main__":
     par, ray = int(sys.argv[1]), (None if sys.argv[2] == "-" else sys.argv[2])
     out, n = sys.argv[3], int(sys.argv[4])
+    start_s = None
+    if ray is not None:  # the local cluster's start, timed apart (run_sweep uses a running cluster)
+        import ray as _ray
+        t = time.perf_counter()
+        _ray.init(address=ray or None, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        start_s = time.perf_counter() - t
     base = {"target": {"url": "sim"}, "workload": {"input_tokens": 256, "output_tokens": 64},
             "limits": {"requests": n}, "telemetry": {"enabled": False}}
     spec = SweepSpec(base=base, axes={"concurrency": [1, 2, 4, 8, 16, 32, 64, 128]}, out=out, report=False,
                      parallel=par, ray_address=ray)
     t = time.perf_counter()
     d, state = run_sweep(spec)
-    print(json.dumps({"wall_s": time.perf_counter() - t,
+    wall = time.perf_counter() - t
+    multiprocessing.forkserver._forkserver._stop()  # reap the fork server: its workers' CPU counts below
+    cpu = None
+    if ray is None:
+        s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+    print(json.dumps({"wall_s": wall, "start_s": start_s, "cpu_s": cpu, "load": os.getloadavg()[0],
                       "ok": sum(e["status"] == "ok" for e in state["points"]),
+                      "figures": [(e["key"], e["status"], (e["summary"] or {}).get("throughput"))
+                                  for e in state["points"]],
                       "knee": state.get("knee"), "knee_reason": state.get("knee_reason")}))
+"""
+
+# The CPU this session can use in parallel right now: the same pure-Python work in one process, then in two
+# at once (this process's session, like the sweep's workers). 2 on an idle 2-core box.
+_AVAIL = r"""
+import json, multiprocessing as mp, time
+def burn(_=None):
+    x = 0
+    for i in range(8_000_000):
+        x += i * i % 7
+    return x
+if __name__ == "__main__":
+    ctx = mp.get_context("fork")
+    t = time.perf_counter(); burn(); t1 = time.perf_counter() - t
+    ps = [ctx.Process(target=burn) for _ in range(2)]
+    t = time.perf_counter()
+    for p in ps: p.start()
+    for p in ps: p.join()
+    t2 = time.perf_counter() - t
+    print(json.dumps({"speedup": 2 * t1 / t2}))
 """
 
 
@@ -227,19 +264,32 @@ def _knee(r: dict) -> str:
 
 def sweep(n: int) -> None:
     print(f"\nsweep: 8 simulated points (concurrency 1..128, {n} requests each), wall time of run_sweep")
-    print(f"{'mode':<16} {'wall s':>8} {'points ok':>10} {'speed-up':>9} {'knee':>6}")
+    avail: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
-        rows = {
-            "serial": _run(_SWEEP, "1", "-", tmp, str(n)),
-            "--parallel 2": _run(_SWEEP, "2", "-", tmp, str(n)),
-        }
+        rows = {"serial": _run(_SWEEP, "1", "-", tmp, str(n))}
+        avail.append(_run(_AVAIL)["speedup"])
+        rows["--parallel 2"] = _run(_SWEEP, "2", "-", tmp, str(n))
         try:
             rows["--ray (local)"] = _run(_SWEEP, "2", "", tmp, str(n))
         except RuntimeError as e:
             print(f"(ray: {str(e).splitlines()[-1]})")
+        avail.append(_run(_AVAIL)["speedup"])
+    print(f"{'mode':<16} {'wall s':>8} {'CPU s':>7} {'load':>5} {'points ok':>10} {'speed-up':>9} "
+          f"{'same figures':>13} {'knee':>6}")
+    ref = rows["serial"]
     for name, r in rows.items():
-        print(f"{name:<16} {r['wall_s']:>8.1f} {r['ok']:>10} {rows['serial']['wall_s'] / r['wall_s']:>9.2f} "
-              f"{_knee(r):>6}")
+        cpu = "-" if r["cpu_s"] is None else f"{r['cpu_s']:.1f}"
+        same = "yes" if r["figures"] == ref["figures"] else "NO"
+        print(f"{name:<16} {r['wall_s']:>8.1f} {cpu:>7} {r['load']:>5.1f} {r['ok']:>10} "
+              f"{ref['wall_s'] / r['wall_s']:>9.2f} {same:>13} {_knee(r):>6}")
+    ray = rows.get("--ray (local)")
+    if ray is not None:
+        print(f"--ray wall leaves out the local cluster's start: {ray['start_s']:.1f} s (with it: speed-up "
+              f"{ref['wall_s'] / (ray['wall_s'] + ray['start_s']):.2f})")
+    print(f"speed-up available to 2 processes of this session (pure Python, 2 vs 1 process), before and "
+          f"after the parallel rows: {avail[0]:.2f}, {avail[1]:.2f}; --parallel 2 reached "
+          f"{ref['wall_s'] / rows['--parallel 2']['wall_s']:.2f}")
+    print("CPU s: the sweep's process and its workers (not Ray's); load: 1-minute load average at its end")
     for reason in dict.fromkeys(r["knee_reason"] for r in rows.values() if r.get("knee_reason")):
         print(f"knee: {reason}")
 
