@@ -110,6 +110,11 @@ class ModelExchange(Deadlines, Fields):
 
     # -- connection callbacks -----------------------------------------------------------------------
 
+
+    def release(self) -> None:
+        """Let go of the parser once the exchange is answered: the two hold each other (the parser calls back
+        into the exchange), a cycle only the cyclic collector would free."""
+        del self.parser
     def data(self, data: bytes, t: int) -> None:
         """Bytes that arrived at ``t`` (stamped by the connection's inbox)."""
         if self._finished:

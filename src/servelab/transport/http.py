@@ -138,7 +138,7 @@ class HttpTransport:
         # The exchange and its parser hold each other (the parser calls back into it): a cycle only the
         # cyclic collector freed, so each answered request's token times and text stayed in memory until a
         # collection (a 10,000 x 256-token run held ~700 of them at the end of its load window).
-        ex.parser = None
+        ex.release()
         return rec
 
     async def resolve_model(self) -> str:
