@@ -8,7 +8,6 @@ older file lacks comes back all null (as :func:`servelab.records.rundir.conform`
 
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -56,32 +55,11 @@ def arrow_pool_restored() -> Iterator[None]:
 
 
 def use_system_arrow_pool() -> None:
-    """From here on Arrow allocates from the C library's allocator, whose big blocks go back to the system
-    when freed (:func:`map_big_blocks`); what the pool before holds free goes back to the system first. For
-    the end of a run after the merge: Arrow's default pool (mimalloc in pyarrow 26) keeps what the batch
-    reads free, so the summary grew on top of the merge's leftovers (the end of a 10,000 x 256-token run,
-    ``memory.py --finish 10000``: 174 MB with it, 150 with this). The merge itself stays on the default
-    pool: on the C library's allocator its peak grew with the run (1M requests: 186 MB against 135)."""
+    """From here on Arrow allocates from the C library's allocator; what the pool before holds free goes
+    back to the system first. For the end of a run after the merge: Arrow's default pool (mimalloc in
+    pyarrow 26) keeps what the batch reads free, so the summary grew on top of the merge's leftovers (the end
+    of a 10,000 x 256-token run, ``memory.py --finish 10000``: 174 MB with it, 150 with this). The merge
+    itself stays on the default pool: on the C library's allocator its peak grew with the run (1M requests:
+    186 MB against 135)."""
     pa.default_memory_pool().release_unused()
     pa.set_memory_pool(pa.system_memory_pool())
-    map_big_blocks()
-
-
-_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
-BIG_BLOCK = 128 * 1024
-
-
-def map_big_blocks(threshold: int = BIG_BLOCK) -> bool:
-    """From here on (in the whole process) the C library maps every block of ``threshold`` bytes or more on
-    its own and unmaps it when it is freed. glibc does that from 128 KiB but raises the threshold to the
-    biggest mapped block freed so far (up to 32 MiB): after the first row group's decoded token times
-    (8 MB) were freed, the next ones and numpy's arrays came from the heap, which kept them after they were
-    freed, and each phase of the end of a run (summary, evidence, report) started above the last one's
-    peak. A fixed threshold keeps glibc from raising it. Returns whether the setting was taken (False where
-    the C library has no ``mallopt``, e.g. macOS: nothing changes there)."""
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return False
-    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
-    return bool(mallopt(_M_MMAP_THRESHOLD, threshold))
