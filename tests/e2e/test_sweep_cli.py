@@ -1,5 +1,6 @@
-"""Sweeps against the in-process simulator: the knee, resume after SIGKILL, compare and check."""
+"""Sweeps against the in-process simulator: the knee, resume after SIGKILL or Ctrl-C, compare and check."""
 
+import contextlib
 import json
 import os
 import signal
@@ -89,6 +90,55 @@ def test_resume_after_sigkill_skips_finished_points(tmp_path):
     for p in after["points"]:  # counts add up in every point, including the one killed mid-run
         r = p["summary"]["requests"]
         assert r["sent"] == r["ok"] + sum(r["failed"].values()) + r["cancelled"] == 400
+
+
+def test_ctrl_c_at_a_parallel_sweep_ends_it_as_a_serial_one(tmp_path, capsys):
+    """SIGINT to the process group (a terminal's Ctrl-C) of a --parallel 2 sweep: exit 130, the finished
+    points kept, the running ones marked interrupted, sweep.json's final fields written (the same keys as
+    a serial sweep's), the table and the --resume hint printed; --resume then runs the rest."""
+    serial = _sweep(tmp_path / "serial", capsys, "--concurrency", "1", "--requests", "8")
+    args = [sys.executable, "-m", "servelab.cli.main", "sweep", "--target", TARGET, "--out",
+            str(tmp_path / "par"), "--no-report", "--concurrency", "1,2,4,8", "--requests", "400",
+            "--parallel", "2", *LOAD]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    sweep_dir = None
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and sweep_dir is None:
+            for f in (tmp_path / "par").glob("*/sweep.json"):
+                with contextlib.suppress(ValueError):  # caught mid-write
+                    if any(e["status"] == "ok" for e in json.loads(f.read_text())["points"]):
+                        sweep_dir = f.parent
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+    assert sweep_dir is not None
+    assert proc.returncode == 130, err.decode()
+    state = json.loads((sweep_dir / "sweep.json").read_text())
+    assert sorted(state) == sorted(serial)  # knee, decision, ended_at, complete, interrupted...
+    assert state["interrupted"] is True and state["complete"] is False and state["ended_at"]
+    statuses = [e["status"] for e in state["points"]]
+    # Cut within one 20 ms poll of the first point finishing: the other three (400 requests each) cannot
+    # all have finished, and none failed.
+    assert "ok" in statuses and set(statuses) <= {"ok", "interrupted", "pending"}, statuses
+    assert statuses.count("ok") < 4, statuses
+    table = out.decode()
+    assert all(f"concurrency={c}" in table for c in (1, 2, 4, 8)), table
+    assert all(status in table for status in statuses), table
+    assert f"rerun with --resume {sweep_dir}" in err.decode(), err.decode()
+    ok = {e["key"] for e in state["points"] if e["status"] == "ok"}
+    started = {k: json.loads((sweep_dir / k / "manifest.json").read_text())["started_at"] for k in ok}
+    resumed = subprocess.run([*args, "--resume", str(sweep_dir)], capture_output=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr.decode()
+    after = json.loads((sweep_dir / "sweep.json").read_text())
+    assert [e["status"] for e in after["points"]] == ["ok"] * 4
+    assert after["complete"] is True and after["interrupted"] is False
+    for k, t in started.items():  # finished points were not rerun
+        assert json.loads((sweep_dir / k / "manifest.json").read_text())["started_at"] == t
 
 
 def _run(tmp_path, capsys, target):

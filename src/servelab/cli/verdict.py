@@ -56,7 +56,9 @@ def sweep_verdict(state: Mapping[str, Any], where: str) -> None:
     """A sweep cut by Ctrl-C exits 130 (its finished points are kept; --resume reruns the cut one)."""
     if state.get("interrupted"):
         cut = [e["key"] for e in state.get("points", []) if e.get("status") == "interrupted"]
+        what = (f"point {cut[0]} was cut and is marked interrupted; " if len(cut) == 1 else
+                f"points {', '.join(cut)} were cut and are marked interrupted; " if cut else "")
         raise Interrupted(
-            f"interrupted: point {', '.join(cut)} was cut and is marked interrupted; finished points "
-            f"are kept in {where}; rerun with --resume {where} to finish the sweep"
+            f"interrupted: {what}finished points are kept in {where}; rerun with --resume {where} to "
+            "finish the sweep"
         )

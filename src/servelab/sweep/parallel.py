@@ -4,11 +4,21 @@ The coordinator alone writes ``sweep.json`` (each finished point's entry comes b
 works as before. Each of the N slots running at once has its own server: a ``--server-cmd`` template and
 the target URL may use ``{port}`` (the base port plus the slot) and ``{gpus}`` (the slot's GPU ids, e.g.
 ``0,1`` then ``2,3`` with ``gpus_per_point=2``), so parallel points never share a server.
+
+Ctrl-C ends a parallel sweep as it ends a serial one: no new point starts, each running point stops as a
+point of a serial sweep does (its run kept and marked interrupted), and :func:`run_points` returns True so
+that the coordinator writes sweep.json's final fields. A terminal's Ctrl-C reaches every worker (one
+process group); an idle worker ignores it, and a SIGINT sent to the coordinator alone is passed on to the
+workers when their points have not stopped within ``FORWARD_AFTER_S``.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
+import os
+import signal
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -19,6 +29,7 @@ from servelab.load.executors import worker_context
 DEFAULT_PORT = 8000
 
 Done = Callable[[int, dict[str, Any]], None]  # (point position, its entry)
+FORWARD_AFTER_S = 2.0  # after Ctrl-C: points still running then get the SIGINT from the coordinator
 
 
 def slot_values(spec_vars: dict[str, Any], slot: int) -> dict[str, Any]:
@@ -63,15 +74,16 @@ def run_points(
     ray_address: str | None,
     on_done: Done,
     out_of_budget: Callable[[], bool],
-) -> None:
-    """Run ``run_one(*args, point, cfg, slot)`` for each (position, point, cfg), ``parallel`` at once."""
+) -> bool:
+    """Run ``run_one(*args, point, cfg, slot)`` for each (position, point, cfg), ``parallel`` at once.
+    True when Ctrl-C ended it (every point that was running then has had its entry through ``on_done``)."""
     if ray_address is not None:
-        _run_ray(work, run_one, args, parallel=parallel, address=ray_address, on_done=on_done,
-                 out_of_budget=out_of_budget)
-        return
+        return _run_ray(work, run_one, args, parallel=parallel, address=ray_address, on_done=on_done,
+                        out_of_budget=out_of_budget)
     # Workers fork from one fork server that imported the point's code once (spawned, each worker paid an
     # interpreter start and ~0.5 s of imports itself); the pool keeps them for the next points.
-    with cf.ProcessPoolExecutor(max_workers=parallel, mp_context=worker_context(run_one)) as pool:
+    with cf.ProcessPoolExecutor(max_workers=parallel, mp_context=worker_context(run_one),
+                                initializer=_ignore_sigint) as pool:
         free = list(range(parallel))
         running: dict[cf.Future[dict[str, Any]], tuple[int, int]] = {}
         queue = list(work)
@@ -80,7 +92,7 @@ def run_points(
                 while queue and free and not out_of_budget():
                     i, p, cfg = queue.pop(0)
                     slot = free.pop(0)
-                    running[pool.submit(run_one, *args, p, cfg, slot)] = (i, slot)
+                    running[pool.submit(_in_worker, run_one, *args, p, cfg, slot)] = (i, slot)
                 if not running:
                     break
                 done, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
@@ -89,22 +101,76 @@ def run_points(
                     free.append(slot)
                     on_done(i, _result(f, work, i))
         except KeyboardInterrupt:
-            for f in running:
-                f.cancel()
-            pool.shutdown(wait=True, cancel_futures=True)  # running points end as interrupted, and are kept
-            for f, (i, _slot) in running.items():
-                if f.done() and not f.cancelled():
-                    on_done(i, _result(f, work, i))
-            raise
+            _drain(pool, running, work, on_done)
+            return True
+    return False
+
+
+def _ignore_sigint() -> None:
+    """A pool worker between points: Ctrl-C is the running points' business (and the coordinator's)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _in_worker(run_one: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+    """A point in a pool worker: Ctrl-C stops it as it stops a serial sweep's point; idle again after."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return run_one(*args)
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _drain(pool: cf.ProcessPoolExecutor, running: dict[cf.Future[dict[str, Any]], tuple[int, int]],
+           work: list[tuple[int, Any, RunConfig]], on_done: Done) -> None:
+    """After Ctrl-C: start nothing more; wait for the running points to stop and keep their entries.
+    A second Ctrl-C passes SIGINT on at once; a third stops waiting (those points count as interrupted)."""
+    pending = set(running)
+    t0, hits, forwarded = time.monotonic(), 0, False
+    try:
+        while pending:
+            try:
+                done, pending = cf.wait(pending, timeout=0.2)
+            except KeyboardInterrupt:
+                hits += 1
+                if hits >= 2:
+                    break
+                done = set()
+            if not forwarded and pending and (hits or time.monotonic() - t0 > FORWARD_AFTER_S):
+                forwarded = True
+                for pid in list(getattr(pool, "_processes", None) or {}):
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, signal.SIGINT)
+            for f in done:
+                on_done(running[f][0], _result(f, work, running[f][0]))
+    finally:
+        for f in pending:
+            on_done(running[f][0], _cut(work, running[f][0], "did not stop after Ctrl-C; worker ended"))
+        if pending:
+            for proc in list((getattr(pool, "_processes", None) or {}).values()):
+                proc.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _point_entry(work: list[tuple[int, Any, RunConfig]], i: int, status: str, error: str) -> dict[str, Any]:
+    p = next(p for j, p, _ in work if j == i)
+    return {"index": p.index, "key": p.key, "params": p.params, "level": p.level, "status": status,
+            "run_dir": None, "summary": None, "error": error}
+
+
+def _cut(work: list[tuple[int, Any, RunConfig]], i: int, why: str) -> dict[str, Any]:
+    """A point Ctrl-C cut before it could say so itself (--resume runs it again)."""
+    return _point_entry(work, i, "interrupted", f"interrupted: {why}")
 
 
 def _result(f: Any, work: list[tuple[int, Any, RunConfig]], i: int) -> dict[str, Any]:
     try:
         return f.result()
+    except KeyboardInterrupt:  # Ctrl-C reached the point outside its run's loop (starting or ending)
+        return _cut(work, i, "Ctrl-C outside the point's load loop")
     except Exception as e:  # noqa: BLE001 - a worker that died is that point's failure
-        p = next(p for j, p, _ in work if j == i)
-        return {"index": p.index, "key": p.key, "params": p.params, "level": p.level, "status": "failed",
-                "run_dir": None, "summary": None, "error": f"worker failed: {type(e).__name__}: {e}"}
+        if type(e).__name__ == "TaskCancelledError":  # Ray: the task cancelled on Ctrl-C
+            return _cut(work, i, "task cancelled")
+        return _point_entry(work, i, "failed", f"worker failed: {type(e).__name__}: {e}")
 
 
 def _run_ray(
@@ -116,7 +182,7 @@ def _run_ray(
     address: str,
     on_done: Done,
     out_of_budget: Callable[[], bool],
-) -> None:
+) -> bool:
     import ray
 
     if not ray.is_initialized():
@@ -143,7 +209,14 @@ def _run_ray(
     except KeyboardInterrupt:
         for ref in running:
             ray.cancel(ref)
-        raise
+        for ref, (i, _slot) in running.items():  # a point that stopped itself in time keeps its entry
+            try:
+                ready, _ = ray.wait([ref], timeout=FORWARD_AFTER_S)
+            except KeyboardInterrupt:
+                ready = []
+            on_done(i, _ray_result(ray, ref, work, i) if ready else _cut(work, i, "task cancelled"))
+        return True
+    return False
 
 
 def _ray_result(ray: Any, ref: Any, work: list[tuple[int, Any, RunConfig]], i: int) -> dict[str, Any]:

@@ -127,8 +127,9 @@ def run_sweep(spec: SweepSpec, say: Callable[[str], None] = lambda s: None) -> t
     st.save(sweep_dir, state)
     t0 = time.monotonic()
     walls: list[float] = [e.get("wall_s", 0.0) for e in done.values()]
+    stopped = False  # Ctrl-C at a parallel sweep's coordinator (a serial one records it in the cut point)
     if spec.parallel > 1 or spec.ray_address is not None:
-        _run_parallel(sweep_dir, spec, points, configs, done, state, t0, say)
+        stopped = _run_parallel(sweep_dir, spec, points, configs, done, state, t0, say)
     for i, p in enumerate(points):
         if spec.parallel > 1 or spec.ray_address is not None:
             break
@@ -154,7 +155,7 @@ def run_sweep(spec: SweepSpec, say: Callable[[str], None] = lambda s: None) -> t
     state["split"] = split_for(state["points"], (state.get("base_config") or {}).get("slo"))
     state["ended_at"] = utc_now_iso()
     state["complete"] = all(e["status"] in ("ok", "failed") for e in state["points"])
-    state["interrupted"] = any(e["status"] == "interrupted" for e in state["points"])
+    state["interrupted"] = stopped or any(e["status"] == "interrupted" for e in state["points"])
     st.save(sweep_dir, state)
     if spec.report and spec.report_writer is not None:
         _report(sweep_dir, spec.report_writer, say)
@@ -162,8 +163,9 @@ def run_sweep(spec: SweepSpec, say: Callable[[str], None] = lambda s: None) -> t
 
 
 def _run_parallel(sweep_dir: Path, spec: SweepSpec, points: list[Point], configs: dict[str, RunConfig],
-                  done: dict[str, Any], state: dict[str, Any], t0: float, say: Callable[[str], None]) -> None:
-    """Points as tasks (worker processes or Ray), ``spec.parallel`` at once; sweep.json written here only."""
+                  done: dict[str, Any], state: dict[str, Any], t0: float, say: Callable[[str], None]) -> bool:
+    """Points as tasks (worker processes or Ray), ``spec.parallel`` at once; sweep.json written here only.
+    True when Ctrl-C stopped it: the points it cut are marked interrupted, the rest stay pending."""
     from servelab.sweep.parallel import run_points
 
     work = [(i, p, configs[p.key]) for i, p in enumerate(points) if p.key not in done]
@@ -179,7 +181,7 @@ def _run_parallel(sweep_dir: Path, spec: SweepSpec, points: list[Point], configs
         say(f"[{i + 1}/{len(points)}] {points[i].key}: {entry['status']} in {entry.get('wall_s', 0):.1f} s")
         st.save(sweep_dir, state)
 
-    run_points(
+    stopped = run_points(
         work,
         run_point_task,
         (sweep_dir, spec),
@@ -189,9 +191,10 @@ def _run_parallel(sweep_dir: Path, spec: SweepSpec, points: list[Point], configs
         out_of_budget=out_of_budget,
     )
     for i, p in enumerate(points):
-        if state["points"][i]["status"] == "pending" and out_of_budget():
+        if not stopped and state["points"][i]["status"] == "pending" and out_of_budget():
             state["points"][i] = _entry(p, "skipped", error="time budget exhausted")
     st.save(sweep_dir, state)
+    return stopped
 
 
 def run_point_task(sweep_dir: Path, spec: SweepSpec, p: Point, cfg: RunConfig, slot: int) -> dict[str, Any]:
