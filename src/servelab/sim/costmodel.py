@@ -90,9 +90,14 @@ class RooflineCost:
         self.domain = max(d.gpus_per_node, domain_gpus)
         self.tp_cross = d.tp > self.domain  # the tp group leaves the scale-up domain
         self.kv_vals = d.kv_values_per_rank  # KV values per token per layer as read by one GPU
+        # MLA's down-projections (q_a: hidden -> q_lora_rank, kv_a: hidden -> kv_lora_rank + rope) are
+        # replicated on every attention-TP rank (vLLM, SGLang and TensorRT-LLM shard only the per-head q_b,
+        # kv_b and o projections): each rank reads them whole and runs them over all of its tokens.
+        self.attn_rep = 0
         if m.attention["kind"] == "mla":
             a = m.attention
             self.prefill_core = a["qk_nope_head_dim"] + a["qk_rope_head_dim"] + a["v_head_dim"]
+            self.attn_rep = m.hidden * (a["q_lora_rank"] + a["kv_lora_rank"] + a["qk_rope_head_dim"])
         else:
             self.prefill_core = m.attn_core_dim
         self.stage_layers = m.layers / d.pp
@@ -160,9 +165,10 @@ class RooflineCost:
         tp, attn_tp, attn_dp = d.tp, d.attn_tp, d.attn_dp
         rows = tok / attn_dp
         c = mem = 0.0
-        # Attention: projections.
-        tc, tm = self._roof(2 * m.attn_params * tok / tp, self.peak_w, self._eff(rows) * self.lp_w,
-                            m.attn_params * self.wb / attn_tp)
+        # Attention: projections (the sharded ones split attn_tp ways, MLA's replicated down-projections not).
+        sharded, rep = m.attn_params - self.attn_rep, self.attn_rep
+        tc, tm = self._roof(2 * (sharded + rep * attn_tp) * tok / tp, self.peak_w,
+                            self._eff(rows) * self.lp_w, (sharded / attn_tp + rep) * self.wb)
         c += tc
         mem += tm
         # Attention core: decode over the cache, prefill causal over its context.

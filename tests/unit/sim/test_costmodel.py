@@ -207,3 +207,23 @@ def test_engine_moe_constants_parse_and_reject_unknown_keys():
     e["engines"]["vllm"] = {"moe_prefill_eff": 0}
     with pytest.raises(TargetError, match="moe_prefill_eff"):
         _parse_family("f", e, "families.f")
+
+
+def test_mla_down_projections_are_replicated_on_every_attention_tp_rank():
+    # DeepSeek-V3's q_a (7168 x 1536) and kv_a (7168 x (512 + 64)) projections: 7168 x 2112 = 15,138,816
+    # parameters that vLLM, SGLang and TensorRT-LLM replicate on each attention-TP rank; only q_b, kv_b and o
+    # (187,105,280 - 15,138,816 = 171,966,464 parameters) are split. A dense layer of 8,192 tokens, TP8 on
+    # H200 (FP8 peak 1,979 TFLOPS at compute_eff 0.7; dense FFN 3 x 7168 x 18432 = 396,361,728 parameters):
+    #   projections 2 x (171,966,464 / 8 + 15,138,816) x 8,192 = 600.22 GFLOP   (was 383.19: all split 8 ways)
+    #   dense FFN   2 x 396,361,728 / 8 x 8,192                 = 811.75 GFLOP
+    #   (600.22 + 811.75) GFLOP / (1,979 x 0.7) TFLOPS = 1.01925 ms   (0.86259 ms before)
+    c = CostModel(parse_sim_target("sim:deepseek-v3@8xh200,dtype=fp8,tp=8,engine=vllm,backend=roofline"))
+    compute_s = c._layer(8192, 0, 8192, 0, 0, 0, moe=False, sliding=False)[0]
+    assert compute_s == pytest.approx(1.01925e-3, rel=1e-4)
+    # Data-parallel attention (attn_tp 1) replicates nothing more: every rank already holds all projections.
+    dp = CostModel(parse_sim_target("sim:deepseek-v3@8xh200,dtype=fp8,ep=8,dp_attention=true,"
+                                    "backend=roofline"))
+    proj = 2 * 187_105_280 * 2048 / (1979e12 * 0.7)  # 2,048 tokens per rank (eff 0.7): all projections
+    ffn = 2 * 396_361_728 * 2048 / (1979e12 * 0.7)  # the dense FFN data-parallel too
+    got = dp._layer(16384, 0, 16384, 0, 0, 0, moe=False, sliding=False)[0]
+    assert got == pytest.approx(proj + ffn, rel=1e-4)
