@@ -13,8 +13,15 @@ running (load, journals -> Parquet merge, summary, evidence, report, rest), and 
           ``RecordSink`` writes), then a fresh process merges the journal to Parquet and summarises it as
           ``finish_run`` does (``merge_journals``, ``summarize_batches(iter_tables(...))``,
           ``run_evidence``). The load window is not in it (its memory is flat: see ``run``).
+  agent   a whole ``execute(cfg)`` of agent sessions against the in-process simulator (plain ``sim``):
+          N / 10 sessions of 10 short turns (a model request of 4 output tokens, then a 10 ms tool), 64
+          concurrent sessions; the agent part of the summary is its own phase ("work").
+  replay  a whole ``execute(cfg)`` replaying a synthetic azure trace of N requests (1 ms apart, 32 context
+          and 4 generated tokens) at speed 1 against the in-process simulator; the replay section is
+          the "work" phase.
 
     PYTHONPATH=src python benchmarks/memory.py [--run 10000,100000] [--finish 1000000] [--finish-mode open]
+        [--agent 10000,50000] [--replay 10000,50000]
 """
 
 from __future__ import annotations
@@ -105,6 +112,43 @@ except BaseException:
     pass
 s = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({"wall_s": time.perf_counter() - t0, "peak_mb": s.ru_maxrss / 1024, "ok": res.requests}))
+"""
+
+# Agent sessions or a trace replay against the in-process simulator: execute(cfg), phases as _RUN's.
+_SIM = _SAMPLER + r"""
+import json, sys
+from pathlib import Path
+t0 = time.perf_counter()
+_enter("import")
+import servelab.bench.finish as fin
+import servelab.bench.replay as rep
+import servelab.bench.sessions as ses
+from servelab.bench.run import Executor, execute
+from servelab.config import RunConfig, validate
+for mod, attr, name in ((fin, "merge_journals", "merge"), (fin, "summarize_batches", "summary"),
+                        (ses, "sessions_summary", "work"), (rep, "trace_replay_summary", "work"),
+                        (fin, "run_evidence", "evidence"), (fin, "_write_report", "report")):
+    _wrap(mod, attr, name)
+kind, n, out, report = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4] == "1"
+base = {"target": {"url": "sim"}, "telemetry": {"enabled": False}, "out": out}
+if kind == "agent":
+    sess = {"name": "short", "system_tokens": 16, "user_tokens": 16, "steps": [{"kind": "repeat", "count": 10,
+            "steps": [{"kind": "model", "output_tokens": 4, "user_tokens": 8},
+                      {"kind": "tool", "duration_s": 0.01, "result_tokens": 8}]}]}
+    cfg = validate(RunConfig, {**base, "load": {"concurrency": 64}, "limits": {"sessions": n // 10},
+                               "workload": {"kind": "agent", "session": sess}})
+else:
+    trace = Path(out) / "trace.csv"
+    with open(trace, "w") as f:
+        f.write("TIMESTAMP,ContextTokens,GeneratedTokens\n")
+        for i in range(n):
+            f.write(f"2023-11-16 18:{i // 60000:02d}:{i // 1000 % 60:02d}.{i % 1000:03d}0000,32,4\n")
+    cfg = validate(RunConfig, {**base, "workload": {"kind": "replay", "path": str(trace), "format": "azure",
+                                                    "speed": 1.0}})
+_enter("load")
+r = execute(cfg, report=report, executor=Executor(workers=1))
+work = r.summary["sessions"]["completed"] if kind == "agent" else r.summary["replay"]["requests"]
+_result(wall_s=time.perf_counter() - t0, ok=r.summary["requests"]["ok"], work=work)
 """
 
 # Journal N synthetic requests of 256 token times (a generator process: its memory is not measured).
@@ -209,6 +253,19 @@ def finish_case(sizes: list[int], mode: str) -> None:
                   f"{str(s['sketched']):>9}  {_phases(s)}", flush=True)
 
 
+def sim_case(kind: str, sizes: list[int], report: bool) -> None:
+    what = ("agent sessions of 10 short turns, 64 concurrent" if kind == "agent"
+            else "replay of a synthetic azure trace, 1 ms apart, speed 1")
+    print(f"\n{kind}: whole execute(report={report}) against the in-process simulator, {what}")
+    print(f"{'requests':>9} {'peak MB':>8} {'wall s':>7} {'ok':>8} {'work':>7}  "
+          "phases (RSS MB at entry -> peak)")
+    for n in sizes:
+        with tempfile.TemporaryDirectory() as tmp:
+            s = _py(_SIM, kind, str(n), tmp, "1" if report else "0")
+            print(f"{n:>9,} {s['peak_mb']:>8.0f} {s['wall_s']:>7.1f} {s['ok']:>8,} {s['work']:>7,}  "
+                  f"{_phases(s)}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run", default="10000,100000", help="whole-run sizes (requests); '' for none")
@@ -216,11 +273,16 @@ def main() -> None:
     ap.add_argument("--finish-mode", default="closed", choices=("closed", "open"),
                     help="summarise the finish case as a closed or an open loop (open also keeps each "
                     "request's intended send and end time for the offered-vs-achieved check)")
+    ap.add_argument("--agent", default="", help="agent-session run sizes (requests), e.g. 10000,50000")
+    ap.add_argument("--replay", default="", help="trace-replay run sizes (requests), e.g. 10000,50000")
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--no-report", action="store_true", help="run without writing report.html")
     args = ap.parse_args()
     if args.finish:
         finish_case([int(x) for x in args.finish.split(",")], args.finish_mode)
+    for kind in ("agent", "replay"):
+        if getattr(args, kind):
+            sim_case(kind, [int(x) for x in getattr(args, kind).split(",")], not args.no_report)
     if args.run:
         run_case([int(x) for x in args.run.split(",")], args.concurrency, not args.no_report)
 
