@@ -69,12 +69,16 @@ SHAPES = [("decode", n, c, 0) for c in (2048, 8192) for n in (1, 8, 32, 128, 256
     ("prefill", 0, 0, p) for p in (512, 2048, 8192)
 ]
 GRID = {
-    "moe_compute_eff": (0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0),
-    "moe_rows_half": (0, 4, 8, 16, 32, 64),
+    "moe_compute_eff": (0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.2, 1.5, 2.0, 2.5, 3.0),
+    "moe_rows_half": (0, 4, 8, 16, 32, 64, 128, 256),
     "moe_tp_slice_rows": (0.0, 0.5, 1.0),
     "moe_layer_overhead_us": (15, 30, 50, 80),
     "moe_roof_k": (0, 1.5, 2, 4),
+    "moe_size_half": (0, 1, 2, 4, 8),
 }
+# ``--only FAMILY/ENGINE`` (e.g. nvidia-blackwell/trtllm) refits that engine alone; every other engine keeps
+# the catalog's constants. The wider grid (moe_compute_eff above 1, moe_rows_half above 64, moe_size_half)
+# came with the per-expert size term (the Blackwell TRT-LLM fit sat at the old grid's edge).
 PREFILL_EFF = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.2, 1.5)  # moe_prefill_eff, per engine
 # An engine keeps the family's constants unless its own lower the rms log error on its fitting rows by this
 # much (relative): a flat loss picks constants the data do not support, and they move untested rows.
@@ -161,6 +165,12 @@ def loss_of(mine: list[dict], fam: Family) -> float:
     return sum(math.log(roof_s(r, fam) / r["silicon_s"]) ** 2 for r in mine)
 
 
+def _grid(key: str) -> dict:
+    """The fit grid for ``key`` (family/engine): 'moe_size_half' only searched where asked with --only."""
+    only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
+    return GRID if only == key else {**GRID, "moe_size_half": (0,)}
+
+
 def fit_engine(rows: list[dict], base: Family, engine: str, family: Family) -> Family | None:
     """Grid-search the MoE constants and moe_prefill_eff on one engine's fitting rows of ``base``'s family.
     ``base``: the family as the catalog gives it to that engine; ``family``: without engine constants. None
@@ -171,8 +181,9 @@ def fit_engine(rows: list[dict], base: Family, engine: str, family: Family) -> F
     dec = [r for r in mine if r["phase"] != "prefill"]
     pre = [r for r in mine if r["phase"] == "prefill"]
     best, best_loss = base, math.inf
-    for vals in itertools.product(*GRID.values()):
-        fam = replace(base, **dict(zip(GRID, vals, strict=True)))
+    grid = _grid(f"{base.name}/{engine}")
+    for vals in itertools.product(*grid.values()):
+        fam = replace(base, **dict(zip(grid, vals, strict=True)))
         d_loss = loss_of(dec, fam)  # decode rows do not depend on moe_prefill_eff
         if d_loss >= best_loss:
             continue
@@ -220,6 +231,9 @@ def main() -> None:
         if "--family" in sys.argv:
             family = fams[name] = fit(rows, replace(family, engines=()))
         for engine in sorted({r["engine"] for r in rows if r["family"] == name}):
+            if "--only" in sys.argv and sys.argv[sys.argv.index("--only") + 1] != f"{name}/{engine}":
+                fams[f"{name}/{engine}"] = family.for_engine(engine)  # the catalog's, unchanged
+                continue
             got = fit_engine(rows, family.for_engine(engine), engine, family.for_engine(None))
             if got is not None:
                 adopted.add(f"{name}/{engine}")

@@ -59,14 +59,20 @@ class RooflineCost:
         self.fam = fam
         self.m = m
         self.peak_w = hw.tflops(d.dtype) * 1e12
-        self.peak_e = hw.tflops(d.expert_compute_dtype) * 1e12
+        # MXFP4 checkpoints (gpt-oss) on an FP4 GPU: TensorRT-LLM's and SGLang's MoE kernels quantize the
+        # activations to MXFP8 (W4A8): the expert GEMMs run at FP8 math rate, not FP4's (NVFP4 runs FP4).
+        e_math = d.expert_compute_dtype
+        eng = d.profile.name if d.profile else None
+        if e_math == "fp4" and m.ffn.get("expert_dtype") == "fp4" and eng in ("trtllm", "sglang"):
+            e_math = "fp8" if hw.fp8_tflops else "bf16"
+        self.peak_e = hw.tflops(e_math) * 1e12
         self.peak_a = hw.bf16_tflops * 1e12
         self.bw = hw.hbm_tbps * 1e12 * fam.mem_eff
         self.ce, self.dce = fam.compute_eff, fam.decode_compute_eff
         self.moe_ce = fam.moe_compute_eff
         # FP8/FP4 GEMMs reach a smaller fraction of their (2x/4x) peak than BF16 ones (scaling, conversion).
         self.lp_w = fam.lowp_compute_eff if hw.tflops(d.dtype) > hw.bf16_tflops else 1.0
-        self.lp_e = fam.lowp_compute_eff if hw.tflops(d.expert_compute_dtype) > hw.bf16_tflops else 1.0
+        self.lp_e = fam.lowp_compute_eff if hw.tflops(e_math) > hw.bf16_tflops else 1.0
         self.wb, self.eb, self.kvb = (
             DTYPE_BYTES[d.dtype],
             DTYPE_BYTES[d.expert_dtype],
@@ -78,6 +84,14 @@ class RooflineCost:
         self.moe_half, self.moe_slice = fam.moe_rows_half, fam.moe_tp_slice_rows
         self.moe_k = fam.moe_roof_k
         self.moe_pf = fam.moe_prefill_eff
+        # Per-expert GEMM size: a small expert (hidden x intermediate / moe_tp weights) leaves each routed
+        # row's fixed work (quantize, permute, scales, epilogue) less math to hide behind; the size at half
+        # efficiency is moe_size_half (millions) at FP8 rate, proportionally larger at a faster rate.
+        self.size_sat = 1.0
+        if fam.moe_size_half > 0 and m.is_moe:
+            size = m.expert_params / 3 / max(d.moe_tp, 1) / 1e6
+            half = fam.moe_size_half * self.peak_e / ((hw.fp8_tflops or hw.bf16_tflops) * 1e12)
+            self.size_sat = size / (size + half)
         # Links: scale-up (inside the domain) and scale-out, per direction, derated by comm_eff.
         self.up_bw = hw.scaleup_gbps / 2 * 1e9 * fam.comm_eff
         if hw.scaleup_topology.startswith("torus"):
@@ -126,10 +140,10 @@ class RooflineCost:
         ``moe_compute_eff``, times ``r / (r + moe_rows_half)`` (few tokens per expert leave the grouped
         kernel's tiles mostly empty), where an expert TP-sliced ``moe_tp`` ways counts its rows as divided
         by ``1 + (moe_tp - 1) * moe_tp_slice_rows`` (thin slices of each weight matrix run less
-        efficiently)."""
+        efficiently), times the per-expert size term ``size / (size + half)`` (``size_sat``)."""
         r = rows_e / (1.0 + (self.dep.moe_tp - 1) * self.moe_slice)
         sat = r / (r + self.moe_half) if self.moe_half > 0 else 1.0
-        return self._eff(r) * self.moe_ce * sat
+        return self._eff(r) * self.moe_ce * sat * self.size_sat
 
     def _roof(self, flops: float, peak: float, eff: float, nbytes: float, k: float = 0.0
               ) -> tuple[float, float]:

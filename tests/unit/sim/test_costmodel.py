@@ -227,3 +227,40 @@ def test_mla_down_projections_are_replicated_on_every_attention_tp_rank():
     ffn = 2 * 396_361_728 * 2048 / (1979e12 * 0.7)  # the dense FFN data-parallel too
     got = dp._layer(16384, 0, 16384, 0, 0, 0, moe=False, sliding=False)[0]
     assert got == pytest.approx(proj + ffn, rel=1e-4)
+
+
+# Per-expert GEMM size and expert quantization (issue 11; AIConfigurator's B200 TensorRT-LLM MoE table,
+# balanced, 512 tokens per expert: FP8 CUTLASS 833 TFLOP/s for Qwen3-30B's 2048 x 768 experts, 1,831 for
+# Qwen3-235B's 4096 x 1536, 2,162 for 4096 x 2048; NVFP4 CUTLASS 613 / 1,362 / 1,980: the smaller the
+# expert, the further below peak, and more so at FP4's faster math).
+def _b200_moe(spec, size_half):
+    from dataclasses import replace
+    dep = parse_sim_target(f"sim:{spec},backend=roofline,expert_skew=0")
+    fam = replace(dep.family, moe_compute_eff=1.0, moe_rows_half=0.0, moe_tp_slice_rows=0.0,
+                  moe_size_half=size_half, engines=())
+    return CostModel(replace(dep, family=fam))
+
+
+def test_moe_efficiency_falls_with_a_small_expert_and_more_so_at_fp4_rate():
+    # Qwen3-30B-A3B NVFP4 on 1 x B200: one expert is 2048 x 768 = 1,572,864 weights per matrix (1.572864 M).
+    # moe_size_half 2 (M, at FP8 rate) -> 2 x 9000 / 4500 = 4 M at FP4 rate: 1.572864 / 5.572864 = 0.28224.
+    nvfp4 = _b200_moe("qwen3-30b-a3b@1xb200,dtype=fp4,engine=trtllm", 2.0)
+    assert nvfp4.peak_e == 9000e12
+    assert nvfp4.size_sat == pytest.approx(1.572864 / 5.572864)
+    # dense curve at 512 rows: 0.35 + (0.50 - 0.35) x log2(512 / 64) / 5 = 0.44
+    assert nvfp4._moe_eff(512.0) == pytest.approx(0.44 * 1.572864 / 5.572864)
+    # The same experts in FP8: half at 2 M -> 1.572864 / 3.572864 = 0.44022
+    fp8 = _b200_moe("qwen3-30b-a3b@1xb200,dtype=fp8,engine=trtllm", 2.0)
+    assert fp8.size_sat == pytest.approx(1.572864 / 3.572864)
+    # moe_size_half 0: no size term (every other family and engine)
+    assert _b200_moe("qwen3-30b-a3b@1xb200,dtype=fp4,engine=trtllm", 0.0).size_sat == 1.0
+
+
+def test_mxfp4_experts_run_fp8_math_under_trtllm_on_blackwell():
+    # gpt-oss-20b's MXFP4 experts (2880 x 2880 = 8.2944 M): TensorRT-LLM quantizes the activations to MXFP8
+    # (W4A8), so the expert GEMMs run at B200's FP8 rate (4,500 TFLOP/s), not FP4's; with moe_size_half 2 the
+    # size term is 8.2944 / 10.2944 = 0.80572. vLLM's entry is not changed here (fp4 peak, as before).
+    trt = _b200_moe("gpt-oss-20b@1xb200,engine=trtllm", 2.0)
+    assert trt.peak_e == 4500e12
+    assert trt.size_sat == pytest.approx(8.2944 / 10.2944)
+    assert _b200_moe("gpt-oss-20b@1xb200,engine=vllm", 0.0).peak_e == 9000e12

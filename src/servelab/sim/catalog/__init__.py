@@ -44,6 +44,11 @@ class Family:
     # Routed-expert GEMM efficiency of prefill tokens relative to decode tokens at the same rows per expert
     # (the engines run prefill's grouped GEMMs through other kernels and tile choices than decode's).
     moe_prefill_eff: float = 1.0
+    # Per-expert GEMM size (hidden x moe-TP-sliced intermediate weights of one expert, in millions) at which
+    # the grouped GEMM reaches half its efficiency at FP8 math rate; at another rate it scales with the peak
+    # (a fixed time per routed row: activation quantization, permute, block scales, epilogue hides behind
+    # less math when the math is faster). 0: no size term.
+    moe_size_half: float = 0.0
     # Per serving engine, the MoE constants above that its kernels need instead of the family's (fitted on
     # that engine's silicon step times); (engine name, ((constant, value), ...)) pairs, see for_engine.
     engines: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = ()
@@ -313,7 +318,7 @@ def _parse_family(name: str, e: dict[str, Any], where: str) -> Family:
 
 # MoE constants a family sets and each engine may override (benchmarks/sim_fit_moe.py fits them).
 _MOE_KEYS = ("moe_compute_eff", "moe_rows_half", "moe_tp_slice_rows", "moe_layer_overhead_us", "moe_roof_k",
-             "moe_prefill_eff")
+             "moe_prefill_eff", "moe_size_half")
 
 
 def _moe_constants(e: dict[str, Any], where: str) -> dict[str, float]:
