@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+import re
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -166,11 +167,26 @@ def trtllm_bench_limits(dep: Deployment, isl: int, osl: int,
 PERF_DEV_GRAPH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 1024, 2048, 4096, 8192)
 
 
+def with_engine_version(target: str, engine: str) -> str:
+    """``target`` with the row's engine version (``engine: vllm 0.10.2 ...``) in its ``engine=NAME`` (-> NAME:
+    0.10.2), so version-dependent profile settings apply; a target that names a version or no engine, or a
+    row without a version, is returned as it is."""
+    words = engine.split()
+    if len(words) < 2 or not re.fullmatch(r"v?\d+(\.\d+)*\S*", words[1]):
+        return target
+    parts = target.split(",")
+    for i, p in enumerate(parts):
+        key, _, val = p.partition("=")
+        if key.strip() == "engine" and ":" not in val and val.strip().lower() == words[0].lower():
+            parts[i] = f"{key}={val.strip()}:{words[1]}"
+    return ",".join(parts)
+
+
 def deployment(case: Case, backend: str) -> Deployment:
     """The row's deployment. TensorRT-LLM perf-overview rows ran under trtllm-bench, which sets the batch and
     token limits from its own heuristic (:func:`trtllm_bench_limits`), not the engine's defaults; the
     developer-guide rows also pad decode-only batches to CUDA-graph sizes (``PERF_DEV_GRAPH_SIZES``)."""
-    target = case.target
+    target = with_engine_version(case.target, case.engine)
     if case.source == "trtllm-perf-dev" and "cuda_graph_batch_sizes" not in target:
         target += ",cuda_graph_batch_sizes=" + "/".join(map(str, PERF_DEV_GRAPH_SIZES))
     dep = parse_sim_target(f"sim:{target},backend={backend}")

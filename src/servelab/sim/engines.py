@@ -54,6 +54,11 @@ class EngineProfile:
     # server; under load requests and tokens queue for that core. 0: not modelled.
     frontend_req_ms: float = 0.0
     frontend_tok_us: float = 0.0
+    # Kernel of MXFP4 (gpt-oss) experts on Hopper: "triton" (OpenAI's triton_kernels matmul_ogs, what
+    # AIConfigurator measured) or "marlin" (W4A16 Marlin). ``mxfp4_moe_hopper_below`` maps a version to the
+    # kernel of every engine version below it; a spec without a version keeps ``mxfp4_moe_hopper``.
+    mxfp4_moe_hopper: str = "triton"
+    mxfp4_moe_hopper_below: tuple[tuple[str, str], ...] = ()
 
     def batch_defaults(self, hbm_gb: float) -> tuple[int, int]:
         """(max_num_seqs, max_num_batched_tokens) this engine picks on a GPU with ``hbm_gb`` of memory."""
@@ -67,7 +72,8 @@ class EngineProfile:
         return {"name": self.name, "version": self.version, "async_scheduling": self.async_scheduling,
                 "step_cpu_us": self.step_cpu_us, "step_cpu_per_seq_us": self.step_cpu_per_seq_us,
                 "api_ms": self.api_ms, "frontend_req_ms": self.frontend_req_ms,
-                "frontend_tok_us": self.frontend_tok_us, "source": self.source}
+                "frontend_tok_us": self.frontend_tok_us, "mxfp4_moe_hopper": self.mxfp4_moe_hopper,
+                "source": self.source}
 
 
 @lru_cache(maxsize=1)
@@ -77,12 +83,45 @@ def profiles() -> dict[str, EngineProfile]:
     for name, e in data.items():
         e = dict(e)
         e.setdefault("max_num_batched_tokens_big_gpu", e["max_num_batched_tokens"])
+        below = e.pop("mxfp4_moe_hopper_below", None) or {}
+        e["mxfp4_moe_hopper_below"] = tuple(sorted(((str(v), str(k)) for v, k in below.items()),
+                                                   key=lambda vk: version_key(vk[0])))
         out[name] = EngineProfile(name=name, version=str(e.pop("version")), **e)
     return out
 
 
+def version_key(version: str) -> tuple[int, ...]:
+    """``"0.10.2"`` -> (0, 10, 2); a part's leading digits only (``"1.0rc3"`` -> (1, 0)); none -> ()."""
+    out = []
+    for part in version.strip().lstrip("vV").split("."):
+        digits = ""
+        for ch in part:
+            if not ch.isdigit():
+                break
+            digits += ch
+        if not digits:
+            break
+        out.append(int(digits))
+        if digits != part:
+            break
+    return tuple(out)
+
+
+def mxfp4_kernel_for(version: str, default: str, below: tuple[tuple[str, str], ...]) -> str:
+    """The Hopper MXFP4 MoE kernel of engine ``version``: the kernel of the lowest bound above it, else
+    ``default``. An unparseable version keeps ``default``."""
+    key = version_key(version)
+    if not key:
+        return default
+    for bound, kernel in below:  # ascending bounds
+        if key < version_key(bound):
+            return kernel
+    return default
+
+
 def engine_profile(spec: str) -> EngineProfile:
-    """``"vllm"`` or ``"vllm:0.11"`` (a version is recorded, the profile is the engine's) -> its profile."""
+    """``"vllm"`` or ``"vllm:0.11"`` -> its profile. A version is recorded and picks the version-dependent
+    settings (the Hopper MXFP4 MoE kernel); everything else is the engine's profile."""
     name, _, version = spec.strip().lower().partition(":")
     name = {"tensorrt-llm": "trtllm", "tensorrt_llm": "trtllm", "trt-llm": "trtllm"}.get(name, name)
     prof = profiles().get(name)
@@ -93,5 +132,6 @@ def engine_profile(spec: str) -> EngineProfile:
         )
     if version:
         from dataclasses import replace
-        prof = replace(prof, version=version)
+        kernel = mxfp4_kernel_for(version, prof.mxfp4_moe_hopper, prof.mxfp4_moe_hopper_below)
+        prof = replace(prof, version=version, mxfp4_moe_hopper=kernel)
     return prof

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import math
 import os
 from typing import TYPE_CHECKING
 
@@ -92,6 +93,105 @@ def _moe_dtype(dep: Deployment) -> str:
     return "nvfp4" if dep.hardware.fp4_tflops else "w4afp8"
 
 
+def uses_marlin(dep: Deployment) -> bool:
+    """MXFP4 experts on Hopper that the engine version runs with Marlin (vLLM before 0.12: engines.yaml)."""
+    return bool(dep.model.is_moe and dep.model.ffn.get("expert_dtype") == "fp4" and dep.expert_dtype == "fp4"
+                and not dep.hardware.fp4_tflops and dep.profile is not None
+                and dep.profile.name == "vllm" and dep.profile.mxfp4_moe_hopper == "marlin")
+
+
+def _loglog(pts: list[tuple[float, float]], x: float) -> float:
+    """Log-log interpolation in ``pts`` (ascending x, all > 0), held flat beyond either end."""
+    if x <= pts[0][0]:
+        return pts[0][1]
+    if x >= pts[-1][0]:
+        return pts[-1][1]
+    for (x0, y0), (x1, y1) in zip(pts, pts[1:], strict=False):
+        if x <= x1:
+            if x1 == x0:
+                return y1
+            f = (math.log(x) - math.log(x0)) / (math.log(x1) - math.log(x0))
+            return math.exp(math.log(y0) + f * (math.log(y1) - math.log(y0)))
+    return pts[-1][1]
+
+
+def envelope(pts: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Running maximum of y over ascending x (a kernel's dips at its tile edges belong to its own shape)."""
+    out, best = [], 0.0
+    for x, y in sorted(pts):
+        best = max(best, y)
+        out.append((x, best))
+    return out
+
+
+Curve = list[tuple[float, float]]
+
+
+def marlin_factor(tpe: float, triton_tf: Curve, marlin_tf: Curve) -> float:
+    """How much longer Marlin takes than Triton for MXFP4 experts at ``tpe`` tokens per expert: the ratio of
+    their achieved TFLOP/s there (``(tokens per expert, TFLOP/s)`` points; Marlin's as its envelope), never
+    below 1 (below ~1 token per expert the two tables' shapes, not the kernels, set the ratio)."""
+    if tpe <= 0:
+        return 1.0
+    return max(1.0, _loglog(triton_tf, tpe) / _loglog(envelope(marlin_tf), tpe))
+
+
+class MarlinMoE:
+    """AIConfigurator's vLLM Hopper MoE rows for MXFP4 are OpenAI's Triton kernel (``matmul_ogs``, vLLM
+    0.24.0), which the forward-pass model prices; older vLLM ran these experts with Marlin W4A16. Each step
+    gets ``layers x t_triton(tokens) x (marlin_factor - 1)`` added: t_triton from the same table's Triton
+    rows for this model, expert TP/EP and power-law routing (alpha 1.2, the rows the forward pass reads);
+    the factor from the Triton rows (balanced, no TP/EP) against the table's Marlin MXFP4 W4A16 rows (another
+    model's shape, balanced, no TP/EP), compared at equal tokens per expert."""
+
+    def __init__(self, dep: Deployment) -> None:
+        import glob
+
+        import aiconfigurator_core
+        import pandas as pd
+
+        from servelab.sim.engines import version_key
+
+        m = dep.model
+        self.layers, self.topk, self.experts = m.n_moe_layers, m.top_k, m.n_experts
+        hidden, inter = m.hidden, int(m.ffn["expert_intermediate"])
+        root = os.path.dirname(aiconfigurator_core.__file__)
+        system = SYSTEMS[dep.hardware.name]
+        files = sorted(glob.glob(os.path.join(root, "systems", "data", system, "moe", "vllm", "*",
+                                              "moe_perf.parquet")),
+                       key=lambda f: version_key(os.path.basename(os.path.dirname(f))))
+        t = None
+        for f in files:
+            d = pd.read_parquet(f)
+            if d.kernel_source.str.contains("gptossmxfp4moe_triton").any():
+                t = d
+        if t is None:
+            raise RuntimeError(f"no vLLM MXFP4 Triton MoE rows for {dep.hardware.name}")
+        tri = t[t.kernel_source.str.contains("gptossmxfp4moe_triton") & (t.hidden_size == hidden)
+                & (t.inter_size == inter) & (t.topk == self.topk) & (t.num_experts == self.experts)]
+        mar = t[t.kernel_source.str.contains("marlin") & (t.moe_dtype == "w4a16_mxfp4")]
+
+        def tflops(rows: pd.DataFrame) -> list[tuple[float, float]]:
+            rows = rows[(rows.moe_tp_size == 1) & (rows.moe_ep_size == 1) & (rows.distribution == "balanced")]
+            return sorted((r.num_tokens * r.topk / r.num_experts,
+                           2 * r.num_tokens * r.topk * 3 * r.hidden_size * r.inter_size / r.latency / 1e9)
+                          for r in rows.itertuples())
+
+        lat = tri[(tri.moe_tp_size == dep.moe_tp) & (tri.moe_ep_size == dep.ep)
+                  & (tri.distribution == "power_law_1.2")]
+        self.triton_ms = sorted((float(r.num_tokens), float(r.latency)) for r in lat.itertuples())
+        self.triton_tf, self.marlin_tf = tflops(tri), tflops(mar)
+        if not (self.triton_ms and self.triton_tf and self.marlin_tf):
+            raise RuntimeError(f"no Triton/Marlin MXFP4 MoE rows for {m.name} on {dep.hardware.name}")
+
+    def extra_s(self, tokens: float) -> float:
+        """Seconds Marlin adds over Triton to a step of ``tokens`` tokens per rank."""
+        if tokens <= 0:
+            return 0.0
+        f = marlin_factor(tokens * self.topk / self.experts, self.triton_tf, self.marlin_tf)
+        return self.layers * _loglog(self.triton_ms, tokens) * (f - 1.0) * 1e-3
+
+
 def engine_config(dep: Deployment) -> dict:
     """AIConfigurator's engine config for one replica of ``dep``."""
     eng = dep.profile.name if dep.profile else dep.engine.split(":")[0]
@@ -156,6 +256,7 @@ class SiliconCost:
         self.model = RustForwardPassPerfModel.from_native(self.config)
         self.ranks = dep.attn_dp
         self.misses = 0  # steps the database could not price (the roofline priced them)
+        self.marlin = MarlinMoE(dep) if uses_marlin(dep) else None
         self._memo: dict[tuple[int, ...], StepTime] = {}
         # Probe once so an uncovered kernel shape fails here (and auto falls back), not mid-run.
         if self._ms(1, 64, 0, 0) is None or self._ms(0, 0, 8, 8 * 1024) is None:
@@ -193,6 +294,8 @@ class SiliconCost:
             out = rf
         else:
             t = ms * 1e-3
+            if self.marlin is not None:
+                t += self.marlin.extra_s((pt + nd) / self.ranks)
             if pt and pc > pt:
                 # The forward-pass record has no field for the context a prefill chunk continues (a long
                 # prompt's 2nd, 3rd ... chunk): AIConfigurator prices n_pre fresh chunks of pt / n_pre

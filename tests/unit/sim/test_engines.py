@@ -79,3 +79,32 @@ def test_sliding_window_layers_cache_the_whole_sequence_on_trtllm():
         assert mem.kv_bytes_per_token == 36_864 and mem.sliding_reserve > 0
     mem = parse_sim_target("sim:gpt-oss-120b@1xh200,engine=trtllm").memory
     assert mem.kv_bytes_per_token == 73_728 and mem.sliding_reserve == 0
+
+
+@pytest.mark.parametrize("engine,kernel", [
+    # vLLM's get_mxfp4_backend picks Marlin on SM90 when triton_kernels does not import; vLLM installs it
+    # only from 0.12 (PR #28788 vendors it; before, a manual install: PR #27370, issues #26582, #27672)
+    ("vllm:0.10.2", "marlin"),
+    ("vllm:0.11.0", "marlin"),
+    ("vllm:0.11.1", "marlin"),
+    ("vllm:v0.11.2rc1", "marlin"),
+    ("vllm:0.12.0", "triton"),
+    ("vllm:0.12", "triton"),
+    ("vllm:0.24.0", "triton"),
+    ("vllm", "triton"),  # no version: the profile's kernel (AIConfigurator's vLLM 0.24.0 tables)
+    ("vllm:nightly", "triton"),  # no number: the profile's kernel
+    ("sglang:0.5", "triton"),
+    ("trtllm:1.0", "triton"),
+])
+def test_hopper_mxfp4_moe_kernel_follows_the_engine_version(engine, kernel):
+    from servelab.sim.engines import engine_profile
+    assert engine_profile(engine).mxfp4_moe_hopper == kernel
+
+
+def test_version_key_reads_the_leading_numbers():
+    from servelab.sim.engines import version_key
+    assert version_key("0.10.2") == (0, 10, 2)
+    assert version_key("v0.11.2rc1") == (0, 11, 2)
+    assert version_key("1.0rc3") == (1, 0)
+    assert version_key("nightly") == ()
+    assert version_key("0.11.1") < version_key("0.12") <= version_key("0.12.0")

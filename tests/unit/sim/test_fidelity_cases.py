@@ -92,3 +92,15 @@ def test_deepseek_developer_guide_rows_keep_the_default_expert_routing():
         dep = fc.deployment(cases[cid], "roofline")
         assert dep.dp_attention and not dep.eplb
         assert dep.skew == 0.6  # servelab's default routing skew
+
+
+def test_the_rows_engine_version_reaches_the_target():
+    t = "gpt-oss-120b@1xh100,max_model_len=32768,engine=vllm"
+    assert fc.with_engine_version(t, "vllm 0.10.2") == t + ":0.10.2"
+    assert fc.with_engine_version(t, "vllm 0.10.2 --async-scheduling").endswith(",engine=vllm:0.10.2")
+    assert fc.with_engine_version(t, "vllm (2024 blog)") == t  # no version on the row
+    assert fc.with_engine_version(t + ":0.9", "vllm 0.10.2") == t + ":0.9"  # the target's own version wins
+    assert fc.with_engine_version("x@1xh100", "trtllm 1.0") == "x@1xh100"  # no engine in the target
+    cases = {c.id: c for c in fc.load()[1]}
+    dep = fc.deployment(cases["V-2"], "roofline")
+    assert (dep.profile.version, dep.profile.mxfp4_moe_hopper) == ("0.10.2", "marlin")

@@ -72,3 +72,55 @@ def test_deepseek_with_an_fp8_cache_is_covered(spec):
     cost = make_step_cost(parse_sim_target(spec + ",backend=silicon"))
     assert cost.name == "silicon"
     assert cost.step(256, 256 * 1536).time_s > 0
+
+
+H100_120B = "sim:gpt-oss-120b@1xh100,max_model_len=32768"
+
+
+def test_marlin_is_used_for_gpt_oss_experts_on_hopper_by_vllm_before_0_12_only():
+    def uses(spec: str) -> bool:
+        return silicon.uses_marlin(parse_sim_target(spec + ",backend=roofline"))
+    assert uses(H100_120B + ",engine=vllm:0.10.2")
+    assert uses("sim:gpt-oss-120b@2xh100,tp=2,engine=vllm:0.11.0")
+    assert not uses(H100_120B + ",engine=vllm:0.12.0")
+    assert not uses(H100_120B + ",engine=vllm")  # no version: the profile's (Triton) kernel
+    assert not uses("sim:gpt-oss-120b@1xb200,engine=vllm:0.10.2")  # Blackwell: FlashInfer MXFP4
+    assert not uses(H100_120B + ",engine=trtllm:1.0")
+    assert not uses("sim:qwen3-30b-a3b@1xh100,engine=vllm:0.10.2")  # not an MXFP4 checkpoint
+
+
+def test_marlin_factor_hand_worked():
+    # Triton 10 TFLOP/s at 1 token per expert, 400 at 100; Marlin 10, 150, 100 (a dip), 200 at 1/10/50/100.
+    tri = [(1.0, 10.0), (100.0, 400.0)]
+    mar = [(1.0, 10.0), (10.0, 150.0), (50.0, 100.0), (100.0, 200.0)]
+    assert silicon.envelope(mar) == [(1.0, 10.0), (10.0, 150.0), (50.0, 150.0), (100.0, 200.0)]
+    # tpe 100: 400 / 200
+    assert silicon.marlin_factor(100.0, tri, mar) == pytest.approx(2.0)
+    # tpe 50: Triton 10 x 40 ** (ln 50 / ln 100) = 10 x 40 ** 0.849485 = 229.59; Marlin's envelope 150
+    assert silicon.marlin_factor(50.0, tri, mar) == pytest.approx(229.59 / 150, rel=1e-4)
+    # tpe 10: Triton 10 x 40 ** 0.5 = 63.2 < Marlin 150: held at 1 (never faster than Triton)
+    assert silicon.marlin_factor(10.0, tri, mar) == 1.0
+    assert silicon.marlin_factor(0.0, tri, mar) == 1.0
+    # beyond the ends the curves are held flat: 400 / 200
+    assert silicon.marlin_factor(1000.0, tri, mar) == pytest.approx(2.0)
+
+
+@needs_silicon
+def test_gpt_oss_120b_h100_vllm_0_10_2_prefill_is_priced_with_marlin_experts():
+    # An 8,192-token gpt-oss-120b prefill on 1 x H100. AIConfigurator's vLLM H100 MoE table (0.24.0):
+    # Triton (matmul_ogs) 128 experts, top-4, hidden/inter 2880, 8,192 tokens (256 per expert): balanced
+    # 2.930928 ms = 2 x 8192 x 4 x 3 x 2880^2 / 2.930928 ms = 556.39 TFLOP/s; power_law_1.2 3.954317 ms.
+    # Marlin MXFP4 W4A16 rows (896 experts, top-16, hidden 3584, inter 3072), envelope at 219.4 tokens per
+    # expert 220.66 (6,144 tokens, 29.4293 ms), at 292.6 229.63 (16,384 tokens, 75.4128 ms); log-log at 256:
+    # 225.43 TFLOP/s. Factor 556.39 / 225.43 = 2.4682; added 36 layers x 3.954317 ms x 1.4682 = 209.0 ms.
+    from servelab.sim.stepcost import make_step_cost
+
+    new = make_step_cost(parse_sim_target(H100_120B + ",engine=vllm:0.10.2,backend=silicon"))
+    old = make_step_cost(parse_sim_target(H100_120B + ",engine=vllm:0.12.0,backend=silicon"))
+    assert new.marlin is not None and old.marlin is None
+    assert new.marlin.extra_s(8192) == pytest.approx(0.2090, abs=0.0005)
+    pairs = 8192 * 8193 // 2
+    added = new.step(0, 0, 8192, pairs, 8192).time_s - old.step(0, 0, 8192, pairs, 8192).time_s
+    assert added == pytest.approx(0.2090, rel=0.02)
+    # a 64-sequence decode step (2 tokens per expert): Marlin is not priced slower there
+    assert new.step(64, 64 * 2048).time_s == pytest.approx(old.step(64, 64 * 2048).time_s)
