@@ -85,6 +85,7 @@ def test_marlin_is_used_for_gpt_oss_experts_on_hopper_by_vllm_before_0_12_only()
     assert not uses(H100_120B + ",engine=vllm:0.12.0")
     assert not uses(H100_120B + ",engine=vllm")  # no version: the profile's (Triton) kernel
     assert not uses("sim:gpt-oss-120b@1xb200,engine=vllm:0.10.2")  # Blackwell: FlashInfer MXFP4
+    assert not uses("sim:gpt-oss-120b@1xmi300x,engine=vllm:0.10.2")  # AMD: not vLLM's SM90 selection
     assert not uses(H100_120B + ",engine=trtllm:1.0")
     assert not uses("sim:qwen3-30b-a3b@1xh100,engine=vllm:0.10.2")  # not an MXFP4 checkpoint
 
