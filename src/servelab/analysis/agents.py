@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from servelab.analysis.stats import percentile_summary
 from servelab.records.schema import SessionRecord
@@ -40,6 +41,8 @@ _INT_COLS = (
     "cached_tokens",
 )
 NS_PER_MS = 1e6
+# What the agent summary and the cost block read from sessions.parquet (streamed: SessionColumns.from_tables)
+SUMMARY_COLUMNS: tuple[str, ...] = (*_INT_COLS, "status", "accepted", "warmup")
 
 
 @dataclass(frozen=True)
@@ -63,19 +66,27 @@ class SessionColumns:
 
     @classmethod
     def from_table(cls, table: pa.Table) -> SessionColumns:
-        warm = (
-            np.array(table.column("warmup").to_pylist(), dtype=bool)
-            if "warmup" in table.column_names
-            else None
-        )
-        keep = ~warm if warm is not None else np.ones(table.num_rows, dtype=bool)
+        return cls.from_tables([table])
 
-        def col(name: str) -> np.ndarray:
-            return np.array([_num(v) for v in table.column(name).to_pylist()], dtype=np.float64)[keep]
+    @classmethod
+    def from_tables(cls, tables: Iterable[pa.Table]) -> SessionColumns:
+        """From ``sessions.parquet`` read a batch at a time (:data:`SUMMARY_COLUMNS` are all it reads): each
+        batch's non-warm-up rows become numpy (8 bytes a session a column; each status a reference to one
+        string per distinct status), never Python objects per row."""
+        parts: dict[str, list[np.ndarray]] = {c: [] for c in (*_INT_COLS, "status", "accepted")}
+        for table in tables:
+            keep = ~_bools(table, "warmup")
+            for c in _INT_COLS:
+                parts[c].append(_floats(table.column(c))[keep])
+            parts["accepted"].append(_bools(table, "accepted")[keep])
+            parts["status"].append(_strings(table.column("status"))[keep])
 
-        acc = np.array([bool(v) for v in table.column("accepted").to_pylist()], dtype=bool)[keep]
-        status = np.array(table.column("status").to_pylist(), dtype=object)[keep]
-        return cls(int(keep.sum()), status, acc, {c: col(c) for c in _INT_COLS})
+        def cat(c: str, dtype: type) -> np.ndarray:
+            return np.concatenate(parts[c]) if parts[c] else np.zeros(0, dtype=dtype)
+
+        status = cat("status", object)
+        cols = {c: cat(c, np.float64) for c in _INT_COLS}
+        return cls(int(status.size), status, cat("accepted", bool), cols)
 
     @classmethod
     def of(cls, sessions: Sequence[SessionRecord] | pa.Table | SessionColumns) -> SessionColumns:
@@ -88,6 +99,29 @@ class SessionColumns:
 
 def _num(v: object) -> float:
     return float("nan") if v is None else float(v)  # type: ignore[arg-type]
+
+
+def _floats(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """An integer column as float64, null as NaN (each value as ``float(v)`` rounds it)."""
+    out = pc.fill_null(col, 0).to_numpy(zero_copy_only=False).astype(np.float64)
+    if col.null_count:
+        out[pc.is_null(col).to_numpy(zero_copy_only=False)] = np.nan
+    return out
+
+
+def _bools(table: pa.Table, name: str) -> np.ndarray:
+    """A bool column (null and a missing column: False)."""
+    if name not in table.column_names:
+        return np.zeros(table.num_rows, dtype=bool)
+    return pc.fill_null(table.column(name), False).to_numpy(zero_copy_only=False).astype(bool)
+
+
+def _strings(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """A string column as an object array whose equal values share one str (None stays None)."""
+    enc = pc.dictionary_encode(col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col)
+    values = np.array([*enc.dictionary.to_pylist(), None], dtype=object)
+    idx = pc.fill_null(enc.indices, len(enc.dictionary)).to_numpy(zero_copy_only=False)
+    return values[idx]
 
 
 def per_session(sessions: Sequence[SessionRecord] | pa.Table | SessionColumns) -> dict[str, np.ndarray]:

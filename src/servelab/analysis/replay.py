@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -40,28 +41,59 @@ def _ks(a: np.ndarray, b: np.ndarray) -> dict[str, Any]:
             "n_achieved": int(b.size)}
 
 
-def _columns(requests: pa.Table | Sequence[RequestRecord]) -> dict[str, np.ndarray]:
-    names = ("attempt", "status", "intended_ns", "sent_ns", "usage_prompt_tokens", "usage_cached_tokens")
-    if isinstance(requests, pa.Table):
-        out = {}
-        for n in names:
-            col = requests.column(n)
-            if n == "status":
-                out[n] = np.asarray(col.to_pylist(), dtype=object)
-            else:
-                out[n + "_null"] = pc.is_null(col).to_numpy(zero_copy_only=False).astype(bool)
-                out[n] = pc.fill_null(col, 0).to_numpy(zero_copy_only=False).astype(np.int64)
-        return out
-    out = {"status": np.asarray([r.status for r in requests], dtype=object)}
-    for n in names[2:] + ("attempt",):
-        vals = [getattr(r, n) for r in requests]
-        out[n + "_null"] = np.asarray([v is None for v in vals], dtype=bool)
-        out[n] = np.asarray([0 if v is None else v for v in vals], dtype=np.int64)
-    return out
+# What the replay section reads of requests.parquet (streamed: replay_summary takes the batches).
+REPLAY_COLUMNS: tuple[str, ...] = ("attempt", "status", "intended_ns", "sent_ns", "usage_prompt_tokens",
+                                   "usage_cached_tokens")
+
+
+def _ints(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(values with null as 0, int64; is-null mask)."""
+    null = pc.is_null(col).to_numpy(zero_copy_only=False).astype(bool)
+    return pc.fill_null(col, 0).to_numpy(zero_copy_only=False).astype(np.int64), null
+
+
+@dataclass
+class _Sends:
+    """What the replay section keeps of the requests: each first attempt's send time and schedule lag (16
+    bytes a sent request), and the ok requests' prompt and cached token sums."""
+
+    sent_ns: np.ndarray
+    lag_ms: np.ndarray
+    prompt: int
+    cached: int
+
+
+def _sends_of(tables: Iterable[pa.Table]) -> _Sends:
+    sent_parts, lag_parts, prompt, cached = [], [], 0, 0
+    for t in tables:
+        attempt, _ = _ints(t.column("attempt"))
+        sent_ns, sent_null = _ints(t.column("sent_ns"))
+        intended, _ = _ints(t.column("intended_ns"))
+        sent = (attempt == 0) & ~sent_null
+        sent_parts.append(sent_ns[sent])
+        lag_parts.append((sent_ns[sent] - intended[sent]) / 1e6)
+        p, p_null = _ints(t.column("usage_prompt_tokens"))
+        ok = pc.fill_null(pc.equal(t.column("status"), OK), False).to_numpy(zero_copy_only=False).astype(bool)
+        ok &= ~p_null & (p > 0)
+        prompt += int(p[ok].sum())
+        cached += int(_ints(t.column("usage_cached_tokens"))[0][ok].sum())
+
+    def cat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+
+    return _Sends(cat(sent_parts, np.int64), cat(lag_parts, np.float64), prompt, cached)
+
+
+def _sends_of_records(requests: Sequence[RequestRecord]) -> _Sends:
+    sent = [r for r in requests if r.attempt == 0 and r.sent_ns is not None]
+    ok = [r for r in requests if r.status == OK and (r.usage_prompt_tokens or 0) > 0]
+    return _Sends(np.asarray([r.sent_ns for r in sent], dtype=np.int64),
+                  np.asarray([(r.sent_ns or 0) - (r.intended_ns or 0) for r in sent], dtype=np.int64) / 1e6,
+                  sum(r.usage_prompt_tokens or 0 for r in ok), sum(r.usage_cached_tokens or 0 for r in ok))
 
 
 def replay_summary(
-    requests: pa.Table | Sequence[RequestRecord],
+    requests: pa.Table | Sequence[RequestRecord] | Iterable[pa.Table],
     *,
     trace_offsets_ns: Sequence[int] | np.ndarray,
     timed: bool,
@@ -76,21 +108,24 @@ def replay_summary(
     intended time (p99, ms), ``ks`` the two-sample KS test of trace against achieved gaps (timed traces);
     ``cached_fraction`` is the server-reported cached share of prompt tokens over ok requests, beside the
     trace's reusable fraction under an unbounded cache (``trace_prefix_reuse``)."""
-    c = _columns(requests)
+    if isinstance(requests, pa.Table):
+        c = _sends_of([requests])
+    elif isinstance(requests, Sequence):
+        c = _sends_of_records(requests)
+    else:
+        c = _sends_of(requests)
     trace_offs = np.sort(np.asarray(trace_offsets_ns, dtype=np.int64))
-    sent = (c["attempt"] == 0) & ~c["sent_ns_null"]
-    achieved = np.sort(c["sent_ns"][sent])
-    lags = (c["sent_ns"][sent] - c["intended_ns"][sent]) / 1e6
+    achieved = np.sort(c.sent_ns)
+    lags = c.lag_ms
     tg, ag = _gaps_s(trace_offs), _gaps_s(achieved)
     ks = _ks(tg, ag) if timed and tg.size and ag.size else None
-    ok = (c["status"] == OK) & ~c["usage_prompt_tokens_null"] & (c["usage_prompt_tokens"] > 0)
-    prompt = int(c["usage_prompt_tokens"][ok].sum())
+    prompt = c.prompt
     return {
         "format": format,
         "source": source,
         "speed": speed,
         "trace_requests": int(trace_offs.size),
-        "requests": int(sent.sum()),
+        "requests": int(c.sent_ns.size),
         "trace_rate": _rate(trace_offs) if timed else None,
         "achieved_rate": _rate(achieved),
         "trace_cv": _cv(tg) if timed else None,
@@ -98,5 +133,5 @@ def replay_summary(
         "lag_ms_p99": float(np.percentile(lags, 99)) if lags.size else None,
         "ks": ks,
         "trace_prefix_reuse": trace_prefix_reuse,
-        "cached_fraction": int(c["usage_cached_tokens"][ok].sum()) / prompt if prompt else None,
+        "cached_fraction": c.cached / prompt if prompt else None,
     }

@@ -4,6 +4,7 @@ report."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from servelab.records.hygiene import retire_journals
 from servelab.records.journal import REQUESTS_JOURNAL, SESSIONS_JOURNAL, Journal, read_journal, shard_name
 from servelab.records.manifest import redact, utc_now_iso
 from servelab.records.merge import issued_indices, merge_journals
-from servelab.records.rundir import read_parquet, write_json
+from servelab.records.rundir import SESSION_SCHEMA, read_parquet, write_json
 from servelab.records.schema import lost_session
 from servelab.records.stream import arrow_pool_restored, iter_tables, read_columns, use_system_arrow_pool
 from servelab.records.telemetry import write_telemetry
@@ -47,18 +48,35 @@ class RunResult:
 
 class RunTables:
     """The run's records as a workload's own summary reads them: the Parquet files, not a list in memory.
-    ``requests`` is read (whole) only when a workload's summary asks for it; the run's own summary streams
-    the file instead (:func:`servelab.records.stream.iter_tables`)."""
+    ``iter_requests`` / ``iter_sessions`` stream the columns asked for a batch at a time (what the agent and
+    replay summaries read); ``requests`` and ``sessions`` read a file whole, only when a summary asks for
+    it (a ``--mix`` run's per-class figures)."""
 
-    def __init__(self, requests_path: Path, sessions: pa.Table | None) -> None:
-        self.requests_path, self.sessions = requests_path, sessions
+    def __init__(self, requests_path: Path, sessions_path: Path | None) -> None:
+        self.requests_path, self.sessions_path = requests_path, sessions_path
         self._requests: pa.Table | None = None
+        self._sessions: pa.Table | None = None
 
     @property
     def requests(self) -> pa.Table:
         if self._requests is None:
             self._requests = read_parquet(self.requests_path)
         return self._requests
+
+    @property
+    def sessions(self) -> pa.Table | None:
+        if self._sessions is None and self.sessions_path is not None:
+            self._sessions = read_parquet(self.sessions_path)
+        return self._sessions
+
+    def iter_requests(self, columns: Sequence[str]) -> Iterator[pa.Table]:
+        return iter_tables(self.requests_path, columns)
+
+    def iter_sessions(self, columns: Sequence[str]) -> Iterator[pa.Table] | None:
+        """None when the run wrote no ``sessions.parquet``."""
+        if self.sessions_path is None:
+            return None
+        return iter_tables(self.sessions_path, columns, schema=SESSION_SCHEMA)
 
 
 def _land_remote_journals(spec: RunSpec, shards: list[ShardOutcome]) -> None:
@@ -179,7 +197,7 @@ def _finish_run(spec: RunSpec, shards: list[ShardOutcome], manifest: dict[str, A
     outcome = merge_outcomes([s.outcome for s in shards if s.outcome is not None])
     outcome.cancelled_in_flight += sum(dead.values())
     rp, sp = run_dir / "requests.parquet", run_dir / "sessions.parquet"
-    tables = RunTables(rp, read_parquet(sp) if sp.exists() else None)
+    tables = RunTables(rp, sp if sp.exists() else None)
     extra: dict[str, Any] = {
         "stopped_by": outcome.stopped_by,
         "cancelled_in_flight": outcome.cancelled_in_flight,

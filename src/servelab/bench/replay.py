@@ -50,7 +50,8 @@ async def replay_work(cfg: RunConfig, transport: Transport, clock: Clock, sink: 
     speed = float(trace.metadata.get("retime", {}).get("speed", 1.0)) if trace.timed else None
 
     def summarize(records: RunRecords, outcome: RunOutcome) -> dict[str, Any]:
-        return {"replay": trace_replay_summary(trace, units[: outcome.issued], records.requests, speed=speed)}
+        return {"replay": trace_replay_summary(trace, units[: outcome.issued], _requests_of(records),
+                                               speed=speed)}
 
     facts = {"trace": {"source": trace.source, "format": trace.format, "requests": len(trace),
                        "units": len(units), "speed": speed}}
@@ -65,6 +66,17 @@ def replay_request_count(cfg: RunConfig) -> int:
     w = cfg.workload
     assert isinstance(w, ReplayWorkloadConfig)
     return sum(len(u.offsets_ns) for u in replay_units(prepare_trace(w, cfg.seed)))
+
+
+def _requests_of(records: RunRecords) -> Any:
+    """The requests as the replay section reads them: streamed from Parquet, only its columns, where the
+    records are a run's files (:class:`servelab.bench.finish.RunTables`), else as given."""
+    stream = getattr(records, "iter_requests", None)
+    if stream is None:
+        return records.requests
+    from servelab.analysis.replay import REPLAY_COLUMNS
+
+    return stream(REPLAY_COLUMNS)
 
 
 def trace_replay_summary(trace: Trace, issued: Sequence[Unit], requests: Any, *,
@@ -88,4 +100,5 @@ def replay_run_summary(cfg: RunConfig, facts: dict[str, Any], records: RunRecord
     trace = prepare_trace(w, cfg.seed)
     units = replay_units(trace)
     speed = float(trace.metadata.get("retime", {}).get("speed", 1.0)) if trace.timed else None
-    return {"replay": trace_replay_summary(trace, units[: outcome.issued], records.requests, speed=speed)}
+    return {"replay": trace_replay_summary(trace, units[: outcome.issued], _requests_of(records),
+                                           speed=speed)}

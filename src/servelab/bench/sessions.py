@@ -62,10 +62,13 @@ def sessions_summary(cfg: RunConfig, facts: dict[str, Any], records: RunRecords,
                      ) -> dict[str, Any]:
     """The agent part of the summary (warm-up sessions are left out)."""
     # analysis (pyarrow) runs at the summary, in the coordinator: a worker running sessions never loads it
-    from servelab.analysis.agents import agent_summary
+    from servelab.analysis.agents import SUMMARY_COLUMNS, SessionColumns, agent_summary
     from servelab.analysis.cost import cost_summary
 
-    sessions = records.sessions if records.sessions is not None else []
+    stream = getattr(records, "iter_sessions", None)  # Parquet, a batch at a time (RunTables)
+    batches = stream(SUMMARY_COLUMNS) if stream is not None else None
+    sessions: Any = (SessionColumns.from_tables(batches) if batches is not None
+                     else records.sessions if records.sessions is not None else [])
     duration_s = (outcome.ended_ns - outcome.started_ns) / NS_PER_S
     out: dict[str, Any] = {"profile": facts.get("profile") or session_spec(cfg)[1]}
     out.update(agent_summary(sessions, duration_s=duration_s, percentiles=cfg.percentiles))
