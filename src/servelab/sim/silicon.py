@@ -234,6 +234,7 @@ class SiliconCost:
     """Step times from AIConfigurator's per-step API, memoized by quantized step shape."""
 
     name = "silicon"
+    marlin: MarlinMoE | None = None  # Marlin MXFP4 experts (vLLM before 0.12 on Hopper): see MarlinMoE
 
     def __init__(self, dep: Deployment, roofline: RooflineCost) -> None:
         logging.getLogger("aiconfigurator_core").setLevel(logging.ERROR)
