@@ -69,15 +69,16 @@ SHAPES = [("decode", n, c, 0) for c in (2048, 8192) for n in (1, 8, 32, 128, 256
     ("prefill", 0, 0, p) for p in (512, 2048, 8192)
 ]
 GRID = {
-    "moe_compute_eff": (0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.2, 1.5, 2.0, 2.5, 3.0),
+    "moe_compute_eff": (0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0),
     "moe_rows_half": (0, 4, 8, 16, 32, 64, 128, 256),
     "moe_tp_slice_rows": (0.0, 0.5, 1.0),
-    "moe_layer_overhead_us": (15, 30, 50, 80),
+    "moe_layer_overhead_us": (0, 5, 10, 15, 30, 50, 80),
     "moe_roof_k": (0, 1.5, 2, 4),
     "moe_size_half": (0, 1, 2, 4, 8),
 }
 # ``--only FAMILY/ENGINE`` (e.g. nvidia-blackwell/trtllm) refits that engine alone; every other engine keeps
-# the catalog's constants. The wider grid (moe_compute_eff above 1, moe_rows_half above 64, moe_size_half)
+# the catalog's constants. The wider grid (moe_compute_eff above 1, moe_rows_half above 64, MoE layer
+# overheads under 15 us, moe_size_half)
 # came with the per-expert size term (the Blackwell TRT-LLM fit sat at the old grid's edge).
 PREFILL_EFF = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.2, 1.5)  # moe_prefill_eff, per engine
 # An engine keeps the family's constants unless its own lower the rms log error on its fitting rows by this
