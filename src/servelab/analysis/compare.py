@@ -16,8 +16,10 @@ from typing import Any
 import numpy as np
 import orjson
 
+from servelab.analysis.cluster import cluster_percentile_diff_ci
 from servelab.analysis.columns import Columns, as_columns
 from servelab.analysis.metrics import (
+    METRICS_BY_NAME,
     LoadMode,
     latency_start,
     lower_is_better,
@@ -300,16 +302,23 @@ def check_fair(manifests: Sequence[Mapping[str, Any]], allow_diff: Iterable[str]
 # -- figures from raw samples -------------------------------------------------------------------------
 
 
-def request_samples(data: Any, mode: LoadMode = "closed") -> dict[str, np.ndarray]:
+def request_samples(data: Any, mode: LoadMode = "closed", *, owners: bool = False) -> dict[str, np.ndarray]:
     """Samples (ms) of the successful, non-warmup requests from :mod:`servelab.analysis.metrics` (ttft, itl
     per token gap, tpot, e2e...; latency from the intended send in an open loop), plus ``out_tokens``,
     ``sent_s``, ``end_s`` (ok requests), ``failed`` (0/1 over every non-warmup request) and, over every
     measured request, ``req_tokens`` (output tokens, 0 unless ok), ``req_ok`` (0/1), ``req_start_s`` and
-    ``req_end_s`` (for throughput, as the summary computes it) and ``closed`` (1.0 in a closed loop)."""
+    ``req_end_s`` (for throughput, as the summary computes it) and ``closed`` (1.0 in a closed loop).
+    ``owners``: also ``itl_ms_owner``, the request index of every ``itl_ms`` gap (for a bootstrap that
+    resamples requests, :mod:`servelab.analysis.cluster`; one more int per token held)."""
     c: Columns = as_columns(data)
     live = ~c.warmup
     ok = scope_mask(c, "ok")
     out = metric_values(c, mode)
+    if owners:
+        itl = METRICS_BY_NAME["itl_ms"]
+        vals, own = itl.fn(c, latency_start(c, mode))
+        keep = scope_mask(c, itl.scope)[own] & np.isfinite(vals)
+        out["itl_ms"], out["itl_ms_owner"] = vals[keep], own[keep]
     tokens = np.nan_to_num(output_tokens(c))
     out.update({
         "out_tokens": output_tokens(c)[ok],
@@ -396,7 +405,9 @@ def compare_figures(a: Any, b: Any, *, percentiles: Sequence[float] = (50, 95, 9
                     seed: int = 0, mode: LoadMode = "closed",
                     noise_floor: float = DEFAULT_NOISE_FLOOR) -> list[dict[str, Any]]:
     """Figures of run A and run B side by side (B relative to A), each difference with its 95% bootstrap
-    CI from the raw request samples and a verdict for B (see :func:`_verdict`).
+    CI from the raw request samples and a verdict for B (see :func:`_verdict`). A pooled metric with many
+    values per request (``itl_ms``: every gap) is bootstrapped by whole requests when the samples carry
+    its owners (:mod:`servelab.analysis.cluster`), as they do when built here from records or a table.
 
     ``a``, ``b``: request records, a requests Table, or ready samples from :func:`request_samples`.
     Which way is better comes from the metric tables (:func:`servelab.analysis.metrics.lower_is_better`:
@@ -405,13 +416,19 @@ def compare_figures(a: Any, b: Any, *, percentiles: Sequence[float] = (50, 95, 9
     interval a per-request bootstrap (:func:`servelab.analysis.stats.rate_diff_ci`).
     ``noise_floor``: relative differences at or under it are "within noise" (practical significance).
     """
-    sa = a if isinstance(a, Mapping) else request_samples(a, mode)
-    sb = b if isinstance(b, Mapping) else request_samples(b, mode)
+    sa = a if isinstance(a, Mapping) else request_samples(a, mode, owners=True)
+    sb = b if isinstance(b, Mapping) else request_samples(b, mode, owners=True)
     rows: list[dict[str, Any]] = []
     for metric in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"):
-        xa, xb = sa[metric][np.isfinite(sa[metric])], sb[metric][np.isfinite(sb[metric])]
+        fa, fb = np.isfinite(sa[metric]), np.isfinite(sb[metric])
+        xa, xb = sa[metric][fa], sb[metric][fb]
+        owned = f"{metric}_owner" in sa and f"{metric}_owner" in sb
         for p in percentiles:
-            ci = bootstrap_diff_ci(xa, xb, p, resamples=resamples, seed=seed)
+            if owned:  # many values per request: resample requests, not single values
+                oa, ob = sa[f"{metric}_owner"][fa], sb[f"{metric}_owner"][fb]
+                ci = cluster_percentile_diff_ci(xa, oa, xb, ob, p, resamples=resamples, seed=seed)
+            else:
+                ci = bootstrap_diff_ci(xa, xb, p, resamples=resamples, seed=seed)
             va = float(np.percentile(xa, p)) if xa.size else None
             vb = float(np.percentile(xb, p)) if xb.size else None
             rows.append({"figure": f"{metric} p{p:g}", "unit": unit_of(metric), "a": va, "b": vb, **ci,

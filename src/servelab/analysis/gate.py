@@ -200,3 +200,27 @@ def refusals(baseline: Mapping[str, Any], candidate: Mapping[str, Any], *,
     except ComparisonError as e:
         out.append(e.message + (f" ({e.hint})" if e.hint else ""))
     return out
+
+
+def split_by_noise(fails: Sequence[Mapping[str, Any]],
+                   rows: Mapping[Any, Mapping[str, Mapping[str, Any]]]) -> tuple[list[dict[str, Any]],
+                                                                              list[dict[str, Any]]]:
+    """``(failures, inconclusive)``: a failure whose figure the raw samples cannot tell from noise (its
+    bootstrap row in ``rows[level][label]``, from :func:`servelab.analysis.compare.compare_figures`, says
+    "within noise": the 95% interval of the change holds 0) is inconclusive, not a regression. A figure
+    without a row (no raw samples, a derived figure, too few samples) stays a failure on its point value.
+    Each inconclusive entry gains ``lo``/``hi`` (the interval of candidate - baseline) and a ``message``."""
+    kept: list[dict[str, Any]] = []
+    unsure: list[dict[str, Any]] = []
+    for f in fails:
+        row = (rows.get(f.get("level")) or {}).get(str(f.get("metric")))
+        if row is None or row.get("verdict") != "within noise" or row.get("lo") is None:
+            kept.append(dict(f))
+            continue
+        unit = str(row.get("unit") or "")
+        n = row.get("n") or ("?", "?")
+        unsure.append({**f, "lo": row["lo"], "hi": row["hi"],
+                       "message": f"{f['message']}: within noise (95% interval of the change "
+                                  f"{_fmt(float(row['lo']), unit)} to {_fmt(float(row['hi']), unit)}, "
+                                  f"from {n[0]:,} and {n[1]:,} values); more requests would tell"})
+    return kept, unsure

@@ -197,6 +197,23 @@ Force = Annotated[
 ]
 
 
+def _noise_rows(b: dict[str, Any], c: dict[str, Any], levels: set[Any],
+                floor: float) -> dict[Any, dict[str, dict[str, Any]]]:
+    """compare's bootstrap rows ({level: {figure: row}}) at the levels where both sides have records."""
+    from servelab.analysis.compare import compare_figures
+
+    out: dict[Any, dict[str, dict[str, Any]]] = {}
+    for level in levels:
+        if level not in b["levels"] or level not in c["levels"]:
+            continue
+        (bs, bt), (_, ct) = b["levels"][level], c["levels"][level]
+        if bt is None or ct is None:
+            continue
+        rows = compare_figures(bt, ct, mode=_mode(bs), noise_floor=floor)
+        out[level] = {r["figure"]: r for r in rows}
+    return out
+
+
 def check(
     baseline: Annotated[str, typer.Argument(help="Baseline run or sweep directory.")],
     candidate: Annotated[str, typer.Argument(help="Candidate run or sweep directory.")],
@@ -207,11 +224,15 @@ def check(
     ] = None,
     force: Force = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the failures as JSON.")] = False,
+    strict: Annotated[bool, typer.Option("--strict", help="Also fail on a change beyond the limit that the "
+                                         "raw samples cannot tell from noise (inconclusive).")] = False,
 ) -> None:
     """Exit 1 when the candidate regresses on latency (TTFT, TPOT, ITL, e2e at p50/p95/p99), throughput,
     goodput or, for agent runs, task time p95, success rate or cost per task, at any baseline level.
+    A change beyond the limit whose 95% bootstrap interval (from both runs' request records) holds 0 is
+    inconclusive: printed, not a failure unless --strict.
     Exit 2 (nothing gated) when either run is INVALID or the pair is not comparable, unless --force."""
-    from servelab.analysis.gate import check_regression, refusals
+    from servelab.analysis.gate import check_regression, refusals, split_by_noise
 
     limit = _fraction(max_regression)
     floor = _fraction(noise_floor, "--noise-floor")
@@ -232,16 +253,24 @@ def check(
     for r in refused:
         err.print(f"[yellow]warning (--force):[/] {escape(r)}", highlight=False)
     fails = check_regression(sides[0]["levels"], sides[1]["levels"], limit, noise_floor=floor)
+    fails, unsure = split_by_noise(fails, _noise_rows(b, c, {f.get("level") for f in fails}, floor))
+    if strict:
+        fails = fails + unsure
     if json_out:
-        sys.stdout.write(orjson.dumps({"failures": fails, "max_regression": limit, "noise_floor": floor,
+        sys.stdout.write(orjson.dumps({"failures": fails, "inconclusive": unsure, "max_regression": limit,
+                                       "noise_floor": floor, "strict": strict,
                                        "forced": refused}).decode() + "\n")
     else:
         con = Console(soft_wrap=True)
         for f in fails:
             con.print(f"[red]regression[/] {escape(f['message'])}", highlight=False)
+        for f in [] if strict else unsure:
+            con.print(f"[yellow]inconclusive[/] {escape(f['message'])}", highlight=False)
         if not fails:
+            also = f"; {len(unsure)} inconclusive (--strict fails on them)" if unsure else ""
             con.print(
-                f"no regression beyond {limit:.0%} (noise floor {floor:.0%}) at {len(b['levels'])} level(s)",
+                f"no regression beyond {limit:.0%} (noise floor {floor:.0%}) at {len(b['levels'])} level(s)"
+                + also,
                 highlight=False,
             )
     if fails:

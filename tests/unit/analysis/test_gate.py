@@ -116,3 +116,23 @@ def test_invalid_reasons_reads_both_shapes():
     assert invalid_reasons({}) is None
     assert invalid_reasons({"valid": True, "interrupted": True}) == [
         "the run was interrupted: its figures cover only what finished"]
+
+
+def test_split_by_noise_moves_only_figures_whose_interval_holds_zero():
+    from servelab.analysis.gate import split_by_noise
+
+    fails = [
+        {"level": 16, "metric": "itl_ms p95", "message": "itl_ms p95 at level 16: 16.6 ms vs 12.9 ms"},
+        {"level": 16, "metric": "ttft_ms p50", "message": "ttft_ms p50 at level 16: 80 ms vs 50 ms"},
+        {"level": 16, "metric": "task_ms p95", "message": "task_ms p95: no raw row"},
+        {"level": 32, "metric": "itl_ms p95", "message": "itl_ms p95 at level 32"},
+    ]
+    rows = {16: {"itl_ms p95": {"verdict": "within noise", "lo": -0.07, "hi": 13.2, "unit": "ms",
+                                "n": (13428, 12148)},
+                 "ttft_ms p50": {"verdict": "worse", "lo": 20.0, "hi": 40.0, "unit": "ms", "n": (64, 64)}},
+            32: {"itl_ms p95": {"verdict": "too few samples", "lo": None, "hi": None, "unit": "ms"}}}
+    kept, unsure = split_by_noise(fails, rows)
+    assert [f["metric"] for f in kept] == ["ttft_ms p50", "task_ms p95", "itl_ms p95"]
+    assert [(f["level"], f["metric"], f["lo"], f["hi"]) for f in unsure] == [(16, "itl_ms p95", -0.07, 13.2)]
+    assert "-0.07 ms to 13.2 ms" in unsure[0]["message"] and "13,428 and 12,148" in unsure[0]["message"]
+    assert split_by_noise(fails, {}) == (fails, [])
