@@ -124,6 +124,16 @@ class RooflineCost:
             placed = np.random.default_rng(0).permutation(self.pop)
             shares = placed.reshape(d.ep, -1).sum(axis=1) if d.ep > 1 else np.ones(1)
             self.static_imb = 1.0 if (d.eplb or d.skew == 0) else float(shares.max() * d.ep)
+        # Marlin MXFP4 experts (vLLM before 0.12 on Hopper): the kernel's measured TFLOP/s by tokens per
+        # expert bounds the routed experts' time from below (log-log interpolation; a rate never rises
+        # faster than the tokens, so more tokens never take less time).
+        self.marlin: tuple[np.ndarray, np.ndarray] | None = None
+        if d.mxfp4_marlin and fam.marlin_moe_tflops:
+            x = np.log([p[0] for p in fam.marlin_moe_tflops])
+            y = np.log([p[1] * 1e12 for p in fam.marlin_moe_tflops])
+            for i in range(1, y.size):
+                y[i] = min(y[i], y[i - 1] + x[i] - x[i - 1])
+            self.marlin = (x, y)
         self.ll_fixed, self.ll_var = self._ll_table()
         self._memo: dict[tuple[int, ...], StepTime] = {}
 
@@ -152,6 +162,13 @@ class RooflineCost:
         tc, tm = flops / (peak * eff), nbytes / self.bw
         t = max(tc, tm) if k <= 0 else (tc**k + tm**k) ** (1.0 / k)
         return (t, 0.0) if tc >= tm else (0.0, t)
+
+    def _marlin_s(self, flops: float, rows_e: float) -> float:
+        """Seconds Marlin's MXFP4 experts need for ``flops`` at ``rows_e`` tokens per expert (0 without
+        Marlin): the measured rate there, log-log interpolated, held flat beyond the table."""
+        if self.marlin is None or rows_e <= 0:
+            return 0.0
+        return flops / math.exp(float(np.interp(math.log(rows_e), *self.marlin)))
 
     def _touched(self, n: float) -> float:
         """Expected distinct experts hit by ``n`` routed token-expert assignments."""
@@ -246,6 +263,10 @@ class RooflineCost:
             per_gpu_experts * m.expert_params * self.eb / d.moe_tp,
             self.moe_k,
         )
+        if self.marlin is not None and rows_e > 0:
+            floor = self._marlin_s(2 * m.expert_params * n_work / tp * imb, rows_e)
+            if floor > tc + tm:
+                tc, tm = floor, 0.0
         c += tc
         mem += tm
         if d.moe_tp > 1 or (attn_tp == 1 and ep == 1 and tp > 1):

@@ -258,6 +258,15 @@ class Deployment:
         return e
 
     @property
+    def mxfp4_marlin(self) -> bool:
+        """MXFP4 experts on Hopper that the engine version runs with Marlin W4A16 (vLLM before 0.12:
+        engines.yaml ``mxfp4_moe_hopper_below``)."""
+        return bool(self.model.is_moe and self.model.ffn.get("expert_dtype") == "fp4"
+                    and self.expert_dtype == "fp4" and self.hardware.name in ("H100", "H200")
+                    and self.profile is not None and self.profile.name == "vllm"
+                    and self.profile.mxfp4_moe_hopper == "marlin")
+
+    @property
     def expert_dtype(self) -> str:
         native = self.model.ffn.get("expert_dtype")
         if native and DTYPE_BYTES[native] < DTYPE_BYTES[self.dtype]:

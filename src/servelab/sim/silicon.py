@@ -95,9 +95,7 @@ def _moe_dtype(dep: Deployment) -> str:
 
 def uses_marlin(dep: Deployment) -> bool:
     """MXFP4 experts on Hopper that the engine version runs with Marlin (vLLM before 0.12: engines.yaml)."""
-    return bool(dep.model.is_moe and dep.model.ffn.get("expert_dtype") == "fp4" and dep.expert_dtype == "fp4"
-                and dep.hardware.name in ("H100", "H200") and dep.profile is not None
-                and dep.profile.name == "vllm" and dep.profile.mxfp4_moe_hopper == "marlin")
+    return dep.mxfp4_marlin
 
 
 def _loglog(pts: list[tuple[float, float]], x: float) -> float:

@@ -264,3 +264,48 @@ def test_mxfp4_experts_run_fp8_math_under_trtllm_on_blackwell():
     assert trt.peak_e == 4500e12
     assert trt.size_sat == pytest.approx(8.2944 / 10.2944)
     assert _b200_moe("gpt-oss-20b@1xb200,engine=vllm", 0.0).peak_e == 9000e12
+
+
+# Marlin MXFP4 experts (vLLM before 0.12 on Hopper): the roofline's routed experts take at least what the
+# kernel's measured TFLOP/s allows (hardware.yaml marlin_moe_tflops, AIConfigurator's H100 vLLM table).
+H100_OSS = "sim:gpt-oss-120b@1xh100,max_model_len=32768,backend=roofline,engine="
+
+
+def test_marlin_floor_hand_worked():
+    c = CostModel(parse_sim_target(H100_OSS + "vllm:0.10.2"))
+    # 256 tokens per expert, between [54.857, 214.4] and [292.571, 229.6]:
+    #   f = ln(256 / 54.857) / ln(292.571 / 54.857) = 1.54044 / 1.67398 = 0.92023
+    #   rate = 214.4 x (229.6 / 214.4) ** 0.92023 = 214.4 x 1.065030 = 228.342 TFLOP/s
+    # one layer's routed experts at 8,192 prefill tokens, top-4: 2 x 3 x 2880 x 2880 x 32,768 = 1.63081 PFLOP
+    flops = 2 * 3 * 2880 * 2880 * 8192 * 4
+    assert c._marlin_s(flops, 256.0) == pytest.approx(flops / 228.342e12, rel=1e-4)  # 7.1419 ms
+    assert c._marlin_s(flops, 1e6) == pytest.approx(flops / 229.6e12)  # flat beyond the table
+    assert c._marlin_s(flops, 0.1) == pytest.approx(flops / 17.4e12)
+    # vLLM 0.12 runs Triton: no floor
+    assert CostModel(parse_sim_target(H100_OSS + "vllm:0.12.0"))._marlin_s(flops, 256.0) == 0.0
+
+
+def test_marlin_makes_a_large_prefill_slower_and_leaves_a_small_decode_alone():
+    marlin = CostModel(parse_sim_target(H100_OSS + "vllm:0.10.2"))
+    triton = CostModel(parse_sim_target(H100_OSS + "vllm:0.12.0"))
+    p = 8192
+    big = [sum(x._layer(p, 0, 0, p, p * (p + 1) // 2, p, moe=True, sliding=False)[:2])
+           for x in (marlin, triton)]
+    floor = marlin._marlin_s(2 * 3 * 2880 * 2880 * p * 4, 256.0)
+    # The floor replaces the routed experts' roofline time: the layer is at least the floor and costs less
+    # than the floor plus the whole Triton-priced layer.
+    assert big[0] > big[1] and floor <= big[0] < floor + big[1]
+    small = [sum(x._layer(1, 2048, 1, 0, 0, 0, moe=True, sliding=False)[:2]) for x in (marlin, triton)]
+    assert small[0] == small[1]  # one token: the weight reads bound both
+    # monotone in tokens: a rate never rises faster than the tokens it serves
+    steps = [marlin.step(0, 0, t, t * (t + 1) // 2, t).time_s for t in range(64, 8193, 64)]
+    assert all(b >= a for a, b in zip(steps, steps[1:], strict=False))
+
+
+@pytest.mark.parametrize("curve", [[[2, 10], [1, 20]], [[1, -5]], "fast", [[1, 2, 3]], []])
+def test_marlin_curve_must_be_ascending_positive_pairs(curve):
+    from servelab.sim.catalog import _parse_family
+    e = {"compute_eff": 0.7, "decode_compute_eff": 0.45, "mem_eff": 0.7, "comm_eff": 0.7,
+         "step_overhead_us": 125, "layer_overhead_us": 50, "marlin_moe_tflops": curve}
+    with pytest.raises(TargetError, match="marlin_moe_tflops"):
+        _parse_family("f", e, "families.f")

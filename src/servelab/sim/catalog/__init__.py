@@ -49,6 +49,9 @@ class Family:
     # (a fixed time per routed row: activation quantization, permute, block scales, epilogue hides behind
     # less math when the math is faster). 0: no size term.
     moe_size_half: float = 0.0
+    # Marlin W4A16 MXFP4 expert GEMMs (vLLM before 0.12 on Hopper): achieved TFLOP/s by tokens per expert,
+    # ((tokens per expert, TFLOP/s), ...) ascending, from AIConfigurator's measured kernel table; empty: none.
+    marlin_moe_tflops: tuple[tuple[float, float], ...] = ()
     # Per serving engine, the MoE constants above that its kernels need instead of the family's (fitted on
     # that engine's silicon step times); (engine name, ((constant, value), ...)) pairs, see for_engine.
     engines: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = ()
@@ -295,10 +298,12 @@ def _parse_family(name: str, e: dict[str, Any], where: str) -> Family:
         "layer_overhead_us",
     )
     _require(e, keys, where)
-    vals = {k: _num(e[k], f"{where}.{k}") for k in keys}
+    vals: dict[str, Any] = {k: _num(e[k], f"{where}.{k}") for k in keys}
     if "lowp_compute_eff" in e:
         vals["lowp_compute_eff"] = _num(e["lowp_compute_eff"], f"{where}.lowp_compute_eff")
     vals.update(_moe_constants(e, where))
+    if "marlin_moe_tflops" in e:
+        vals["marlin_moe_tflops"] = _curve(e["marlin_moe_tflops"], f"{where}.marlin_moe_tflops")
     engines = e.get("engines") or {}
     if not isinstance(engines, dict):
         raise TargetError(f"{where}.engines: expected a mapping of engine name to MoE constants")
@@ -314,6 +319,18 @@ def _parse_family(name: str, e: dict[str, Any], where: str) -> Family:
         per_engine.append((str(eng).lower(), tuple(sorted(_moe_constants(ev, w).items()))))
     return Family(name=name, source=str(e.get("source", "")), engines=tuple(per_engine),
                   **vals)  # type: ignore[arg-type]
+
+
+def _curve(v: Any, where: str) -> tuple[tuple[float, float], ...]:
+    """``[[x, y], ...]`` with x ascending and every value > 0."""
+    ok = isinstance(v, list) and v and all(
+        isinstance(p, list) and len(p) == 2 and all(isinstance(q, int | float) and not isinstance(q, bool)
+                                                    and q > 0 for q in p) for p in v)
+    if not ok or any(b[0] <= a[0] for a, b in zip(v, v[1:], strict=False)):
+        raise TargetError(f"{where}: expected a list of [x, y] pairs of positive numbers, x ascending, "
+                          f"got {v!r}",
+                          hint="e.g. [[1, 17.4], [10, 84], [55, 214]]")
+    return tuple((float(x), float(y)) for x, y in v)
 
 
 # MoE constants a family sets and each engine may override (benchmarks/sim_fit_moe.py fits them).
