@@ -68,6 +68,17 @@ def _raw(data: Any, c: str) -> list[Any]:
     return [getattr(r, c, None) for r in data]
 
 
+def _arrow_ints(data: Any, c: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """(null mask, int64 values with nulls as 0) of an integer column of a table, else None."""
+    if not isinstance(data, pa.Table) or c not in data.column_names:
+        return None
+    col = data.column(c)
+    if not pa.types.is_signed_integer(col.type) or col.num_chunks == 0:
+        return None
+    return (np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool),
+            np.asarray(col.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64))
+
+
 def int_columns(data: Any, names: Sequence[str]) -> dict[str, np.ndarray]:
     """Integer columns as int64 arrays (nulls as 0) with their null masks under ``name + '?'``; plus
     ``status`` and ``warmup``. Accepts a pyarrow Table, a list of dataclass records, or a dict of lists."""
@@ -75,6 +86,9 @@ def int_columns(data: Any, names: Sequence[str]) -> dict[str, np.ndarray]:
         data = list(data)
     out: dict[str, np.ndarray] = {}
     for c in names:
+        if (got := _arrow_ints(data, c)) is not None:  # no Python int per value (the report's memory)
+            out[c + "?"], out[c] = got
+            continue
         vals = _raw(data, c)
         out[c + "?"] = np.array([v is None for v in vals], dtype=bool)
         out[c] = np.array([0 if v is None else int(v) for v in vals], dtype=np.int64)

@@ -22,13 +22,15 @@ def report(
     """Write report.html for a run or a sweep."""
     from servelab.errors import ConfigError
     from servelab.records.rundir import is_run_dir
-    from servelab.report.html import REPORT_NAME, write_report, write_sweep_report
+    from servelab.report.html import REPORT_NAME, write_report, write_run_report, write_sweep_report
     from servelab.sweep.state import is_sweep_dir
 
     p = Path(path)
     out_path = Path(out) if out else None
     if is_sweep_dir(p):
         written = write_sweep_report(p, out_path)
+    elif is_run_dir(p) and (p / "summary.json").exists() and (p / "requests.parquet").exists():
+        written = write_run_report(p, out_path)  # a finished run: only the columns the report reads, streamed
     elif is_run_dir(p):
         from dataclasses import replace
 

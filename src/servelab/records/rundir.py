@@ -61,7 +61,7 @@ class RunData:
     sessions: pa.Table | None
     telemetry: pa.Table | None
     complete: bool  # False when read back from journals of a run that did not finish
-    # request columns not read (all null in ``requests``; ``read_run(without=...)``): read them from the file
+    # request columns not read (not in ``requests``; ``read_run(without=...)``): read them from the file
     dropped: tuple[str, ...] = ()
 
 
@@ -184,8 +184,9 @@ def _read_table(run_dir: Path, parquet: str, journal: str, schema: pa.Schema, wi
     p = run_dir / parquet
     if p.exists():
         try:
-            names = None if not without else [c for c in pq.read_schema(p).names if c not in without]
-            return conform(read_parquet(p, names), schema), True
+            if not without:
+                return conform(read_parquet(p), schema), True
+            return _read_streamed(p, [c for c in schema.names if c not in without], schema), True
         except (OSError, pa.ArrowException) as e:  # a damaged file: fall back to the journal
             if not (run_dir / journal).exists():
                 raise RunDirError(
@@ -196,6 +197,16 @@ def _read_table(run_dir: Path, parquet: str, journal: str, schema: pa.Schema, wi
     if rows or paths:
         return rows_to_table(rows, schema), False
     return None, False
+
+
+def _read_streamed(path: Path, columns: list[str], schema: pa.Schema) -> pa.Table:
+    """``columns`` of the file read a row group, a batch at a time (:func:`records.stream.iter_tables`: one
+    reader per group, no threads), joined: only what is kept stays, not the whole-file reader's buffers."""
+    from servelab.records.stream import iter_tables  # stream imports this module
+
+    parts = list(iter_tables(path, columns, schema=schema))
+    sub = pa.schema([schema.field(c) for c in columns])
+    return pa.concat_tables(parts) if parts else sub.empty_table()
 
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -220,8 +231,9 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
 
 def read_run(path: str | Path, *, without: Sequence[str] = ()) -> RunData:
     """Read a run directory back (from Parquet, or from its journals when the run did not finish).
-    ``without``: request columns left unread when read from Parquet (all null in ``requests``, named in
-    ``RunData.dropped``), e.g. ``token_times_ns``, 8 bytes a token, which only the ITL histogram reads."""
+    ``without``: request columns left unread when read from Parquet (absent from ``requests``, named in
+    ``RunData.dropped``; the others are read a row group at a time), e.g. ``token_times_ns``, 8 bytes a
+    token, which only the ITL histogram reads (streamed)."""
     p = Path(path)
     if not p.is_dir():
         raise RunDirError(f"{str(p)!r} is not a run directory (it does not exist)",

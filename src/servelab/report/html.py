@@ -20,13 +20,14 @@ from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from servelab.analysis.attribution import request_attribution, session_attribution
 from servelab.analysis.columns import TABLE_COLUMNS
 from servelab.analysis.compare import request_samples
 from servelab.analysis.sketch import EXACT_MAX_VALUES
 from servelab.errors import RunDirError
-from servelab.records.rundir import RunData, read_run
+from servelab.records.rundir import REQUEST_SCHEMA, RunData, read_run
 from servelab.records.stream import iter_tables
 from servelab.report import plots
 from servelab.report.html_advice import advice_section, comparison_headline, comparison_section, cost_section
@@ -60,6 +61,13 @@ from servelab.report.words import duration_ms, run_title
 REPORT_NAME = "report.html"
 MAX_TIMELINE = 12
 MAX_ITL_DRAWN = EXACT_MAX_VALUES  # inter-token gaps the ITL histogram draws at most (every k-th past it)
+# the request columns the run report's sections read (timelines, client series, errors, attribution,
+# advice facts, evidence); the others are not read (issue 12: the report's memory is its columns)
+REPORT_COLUMNS = frozenset({
+    "request_id", "session_id", "warmup", "status", "http_status", "error", "intended_ns", "sent_ns",
+    "first_token_ns", "end_ns", "usage_prompt_tokens", "usage_completion_tokens", "est_prompt_tokens",
+    "est_completion_tokens", "srv_queue_ns", "srv_prefill_ns", "srv_decode_ns", "srv_preempted_ns",
+    "srv_comm_ns"})
 
 _e, _n, _get, _table = esc, num, get, table
 __all__ = ["SweepData", "load_sweep", "run_verdict", "sweep_verdict", "write_report", "write_run_report",
@@ -89,7 +97,7 @@ def _distributions(page: Page, run: RunData, label: str) -> None:
         return
     open_loop = _get(run.manifest, "config", "load", "rate") is not None
     mode: Literal["open", "closed"] = "open" if open_loop else "closed"
-    if "token_times_ns" in run.dropped:
+    if "token_times_ns" in run.dropped:  # the report's own read (write_run_report)
         ttft, itl, itl_total = _streamed_samples(run, mode)
     else:
         s = request_samples(run.requests, mode)
@@ -133,7 +141,9 @@ def _timeline_rows(requests: pa.Table, sessions: pa.Table) -> tuple[list[dict[st
     pick = sess[::step][:MAX_TIMELINE]
     ids = {s["session_id"] for s in pick}
     t0 = min(s["start_ns"] for s in pick)
-    cols = requests.select(["session_id", "sent_ns", "end_ns"]).to_pydict()
+    drawn = pa.array(sorted(i for i in ids if i is not None), pa.int64())
+    mine = pc.is_in(requests.column("session_id"), value_set=drawn)
+    cols = requests.select(["session_id", "sent_ns", "end_ns"]).filter(mine).to_pydict()  # the drawn only
     model: dict[int, list[tuple[float, float]]] = {i: [] for i in ids}
     for sid, a, b in zip(cols["session_id"], cols["sent_ns"], cols["end_ns"], strict=True):
         if sid in ids and a is not None and b is not None:
@@ -326,8 +336,9 @@ def load_sweep(sweep_dir: str | Path) -> SweepData:
 
 def write_run_report(run_dir: str | Path, out_path: str | Path | None = None, *,
                      comparison: Mapping[str, Any] | None = None) -> Path:
-    # token times (8 bytes a token) are not read whole: only the ITL histogram needs them, streamed
-    run = read_run(run_dir, without=("token_times_ns",))
+    # only the request columns a section reads, a row group at a time; token times (8 bytes a token) are
+    # streamed by the ITL histogram alone
+    run = read_run(run_dir, without=tuple(c for c in REQUEST_SCHEMA.names if c not in REPORT_COLUMNS))
     return write_report(run, out_path or run.path / REPORT_NAME, comparison=comparison)
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from servelab.analysis.pareto import point_of
 from servelab.records.rundir import RunData
@@ -37,23 +38,45 @@ def _col(t: pa.Table, c: str) -> list[Any]:
     return t.column(c).to_pylist() if c in t.column_names else [None] * t.num_rows
 
 
+def _ints(t: pa.Table, c: str) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 values with nulls as 0, null mask) of a column; a missing column is all null. No Python object
+    per value: the report's memory stays the columns' own."""
+    if c not in t.column_names:
+        return np.zeros(t.num_rows, dtype=np.int64), np.ones(t.num_rows, dtype=bool)
+    col = t.column(c)
+    return (np.asarray(col.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64),
+            np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool))
+
+
+def _flags(t: pa.Table, c: str) -> np.ndarray:
+    """A boolean column as a mask, null as False (``bool(None)``)."""
+    if c not in t.column_names:
+        return np.zeros(t.num_rows, dtype=bool)
+    return np.asarray(t.column(c).fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _floats(t: pa.Table, c: str) -> np.ndarray:
+    """An integer column as float64, null as NaN (``float(x)`` of each value)."""
+    v, null = _ints(t, c)
+    return np.where(null, np.nan, v.astype(np.float64))
+
+
 def timeline_rows(requests: pa.Table, limit: int = MAX_REQUESTS_SHOWN) -> tuple[list[dict[str, Any]], int]:
     """Up to ``limit`` measured requests, evenly spaced by due time, split into phases (seconds from the
     first shown request's due time)."""
-    keep = [i for i, w in enumerate(_col(requests, "warmup")) if not w]
-    sent = _col(requests, "sent_ns")
-    keep = [i for i in keep if sent[i] is not None]
-    if not keep:
+    sent_v, no_sent = _ints(requests, "sent_ns")
+    due_v, _ = _ints(requests, "intended_ns")
+    keep = np.flatnonzero(~_flags(requests, "warmup") & ~no_sent)
+    if not keep.size:
         return [], 0
-    due = _col(requests, "intended_ns")
-    keep.sort(key=lambda i: due[i] or sent[i])
-    pick = keep[:: max(1, len(keep) // limit)][:limit]
-    first, end, status = _col(requests, "first_token_ns"), _col(requests, "end_ns"), _col(requests, "status")
-    q, pf, rid = (
-        _col(requests, "srv_queue_ns"),
-        _col(requests, "srv_prefill_ns"),
-        _col(requests, "request_id"),
-    )
+    key = np.where(due_v != 0, due_v, sent_v)[keep]  # due or, when null (0), sent
+    keep = keep[np.argsort(key, kind="stable")]
+    chosen = keep[:: max(1, len(keep) // limit)][:limit]
+    sub = requests.take(pa.array(chosen, pa.int64()))  # only the rows drawn become Python values
+    due, sent = _col(sub, "intended_ns"), _col(sub, "sent_ns")
+    first, end, status = _col(sub, "first_token_ns"), _col(sub, "end_ns"), _col(sub, "status")
+    q, pf, rid = _col(sub, "srv_queue_ns"), _col(sub, "srv_prefill_ns"), _col(sub, "request_id")
+    pick = range(len(chosen))
     t0 = min(due[i] or sent[i] for i in pick)
     rows = []
     for i in pick:
@@ -96,26 +119,28 @@ def timeline_section(page: Page, run: RunData) -> None:
 
 def client_series(requests: pa.Table, bins: int = _TIME_BINS) -> list[dict[str, Any]]:
     """Completed requests/s, output tokens/s, median TTFT and errors per time bin (by end time)."""
-    w = np.array([bool(x) for x in _col(requests, "warmup")], dtype=bool)
-    end = np.array([np.nan if x is None else float(x) for x in _col(requests, "end_ns")])
-    ok = np.array([s == "ok" for s in _col(requests, "status")], dtype=bool)
+    w = _flags(requests, "warmup")
+    end = _floats(requests, "end_ns")
+    ok = np.zeros(requests.num_rows, dtype=bool)
+    if "status" in requests.column_names:
+        ok = np.asarray(pc.equal(requests.column("status"), "ok").fill_null(False)
+                        .to_numpy(zero_copy_only=False), dtype=bool)
     use = ~w & np.isfinite(end)
     if use.sum() < 2:
         return []
     t0, t1 = float(np.nanmin(end[use])), float(np.nanmax(end[use]))
-    t_start = float(np.nanmin([x for x in _col(requests, "sent_ns") if x is not None] or [t0]))
+    sent_v, no_sent = _ints(requests, "sent_ns")
+    t_start = float(np.nanmin(sent_v[~no_sent].astype(np.float64) if (~no_sent).any() else [t0]))
     span = max(t1 - t_start, 1.0)
     nb = max(1, min(bins, int(use.sum() // 4)))
     edges = np.linspace(t_start, t_start + span, nb + 1)
     idx = np.clip(np.searchsorted(edges, end, side="right") - 1, 0, nb - 1)
     width_s = span / nb / 1e9
-    toks = np.array([float(x or 0) for x in _col(requests, "usage_completion_tokens")])
-    est = np.array([float(x or 0) for x in _col(requests, "est_completion_tokens")])
+    toks = _ints(requests, "usage_completion_tokens")[0].astype(np.float64)
+    est = _ints(requests, "est_completion_tokens")[0].astype(np.float64)
     toks = np.where(toks > 0, toks, est)
-    sent, first = _col(requests, "sent_ns"), _col(requests, "first_token_ns")
-    ttft = np.array(
-        [np.nan if a is None or b is None else (b - a) / 1e6 for a, b in zip(sent, first, strict=True)]
-    )
+    first_v, no_first = _ints(requests, "first_token_ns")
+    ttft = np.where(no_sent | no_first, np.nan, (first_v - sent_v) / 1e6)
     rps, tps, p50, errs = [], [], [], []
     for b in range(nb):
         m = use & (idx == b)

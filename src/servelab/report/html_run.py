@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from servelab.report.html_page import Page, esc, get, table
 from servelab.report.words import (
@@ -175,8 +176,12 @@ def error_rows(requests: pa.Table) -> list[list[str]]:
     cols = [c for c in ("status", "http_status", "error", "warmup") if c in requests.column_names]
     if "status" not in cols:
         return []
-    d = requests.select(cols).to_pydict()
-    n = requests.num_rows
+    done = pc.fill_null(pc.is_in(requests.column("status"), value_set=pa.array(["ok", "cancelled"])), False)
+    if "warmup" in cols:
+        done = pc.or_(done, pc.fill_null(requests.column("warmup"), False))
+    sub = requests.select(cols).filter(pc.invert(done))  # only the failed rows become Python values
+    d = sub.to_pydict()
+    n = sub.num_rows
     counts: Counter[tuple[str, int | None]] = Counter()
     sample: dict[tuple[str, int | None], str] = {}
     for i in range(n):
