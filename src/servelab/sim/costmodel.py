@@ -127,10 +127,17 @@ class RooflineCost:
         # Marlin MXFP4 experts (vLLM before 0.12 on Hopper): the kernel's measured TFLOP/s by tokens per
         # expert bounds the routed experts' time from below (log-log interpolation; a rate never rises
         # faster than the tokens, so more tokens never take less time).
+        # Skewed routing: the rate divided by the measured skewed/balanced time ratio at each tokens per
+        # expert (marlin_skew_ratio; never below 1, held flat beyond its table), on both tables' points.
         self.marlin: tuple[np.ndarray, np.ndarray] | None = None
         if d.mxfp4_marlin and fam.marlin_moe_tflops:
-            x = np.log([p[0] for p in fam.marlin_moe_tflops])
-            y = np.log([p[1] * 1e12 for p in fam.marlin_moe_tflops])
+            rate = fam.marlin_moe_tflops
+            ratio = fam.marlin_skew_ratio if d.skew > 0 else ()
+            x = np.log(sorted({p[0] for p in rate} | {p[0] for p in ratio}))
+            y = np.interp(x, np.log([p[0] for p in rate]), np.log([p[1] * 1e12 for p in rate]))
+            if ratio:
+                lr = np.interp(x, np.log([p[0] for p in ratio]), np.log([p[1] for p in ratio]))
+                y -= np.maximum(0.0, lr)
             for i in range(1, y.size):
                 y[i] = min(y[i], y[i - 1] + x[i] - x[i - 1])
             self.marlin = (x, y)

@@ -272,7 +272,7 @@ H100_OSS = "sim:gpt-oss-120b@1xh100,max_model_len=32768,backend=roofline,engine=
 
 
 def test_marlin_floor_hand_worked():
-    c = CostModel(parse_sim_target(H100_OSS + "vllm:0.10.2"))
+    c = CostModel(parse_sim_target(H100_OSS + "vllm:0.10.2,expert_skew=0"))  # balanced routing
     # 256 tokens per expert, between [54.857, 214.4] and [292.571, 229.6]:
     #   f = ln(256 / 54.857) / ln(292.571 / 54.857) = 1.54044 / 1.67398 = 0.92023
     #   rate = 214.4 x (229.6 / 214.4) ** 0.92023 = 214.4 x 1.065030 = 228.342 TFLOP/s
@@ -281,6 +281,13 @@ def test_marlin_floor_hand_worked():
     assert c._marlin_s(flops, 256.0) == pytest.approx(flops / 228.342e12, rel=1e-4)  # 7.1419 ms
     assert c._marlin_s(flops, 1e6) == pytest.approx(flops / 229.6e12)  # flat beyond the table
     assert c._marlin_s(flops, 0.1) == pytest.approx(flops / 17.4e12)
+    # Skewed routing (the default): the rate over marlin_skew_ratio there: at 256 tokens per expert (a
+    # point of the ratio table, 1.349) 228.342 / 1.349 = 169.268 TFLOP/s; beyond both tables 229.6 / 1.212
+    # = 189.439; at 0.1 the ratio table's first point (0.779) is below 1 and counts as 1: 17.4.
+    s = CostModel(parse_sim_target(H100_OSS + "vllm:0.10.2"))
+    assert s._marlin_s(flops, 256.0) == pytest.approx(flops / 169.268e12, rel=1e-4)  # 9.6345 ms
+    assert s._marlin_s(flops, 1e6) == pytest.approx(flops / 189.439e12, rel=1e-4)
+    assert s._marlin_s(flops, 0.1) == pytest.approx(flops / 17.4e12)
     # vLLM 0.12 runs Triton: no floor
     assert CostModel(parse_sim_target(H100_OSS + "vllm:0.12.0"))._marlin_s(flops, 256.0) == 0.0
 
@@ -302,10 +309,11 @@ def test_marlin_makes_a_large_prefill_slower_and_leaves_a_small_decode_alone():
     assert all(b >= a for a, b in zip(steps, steps[1:], strict=False))
 
 
+@pytest.mark.parametrize("key", ["marlin_moe_tflops", "marlin_skew_ratio"])
 @pytest.mark.parametrize("curve", [[[2, 10], [1, 20]], [[1, -5]], "fast", [[1, 2, 3]], []])
-def test_marlin_curve_must_be_ascending_positive_pairs(curve):
+def test_marlin_curve_must_be_ascending_positive_pairs(curve, key):
     from servelab.sim.catalog import _parse_family
     e = {"compute_eff": 0.7, "decode_compute_eff": 0.45, "mem_eff": 0.7, "comm_eff": 0.7,
-         "step_overhead_us": 125, "layer_overhead_us": 50, "marlin_moe_tflops": curve}
-    with pytest.raises(TargetError, match="marlin_moe_tflops"):
+         "step_overhead_us": 125, "layer_overhead_us": 50, key: curve}
+    with pytest.raises(TargetError, match=key):
         _parse_family("f", e, "families.f")

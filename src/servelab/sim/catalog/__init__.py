@@ -52,6 +52,9 @@ class Family:
     # Marlin W4A16 MXFP4 expert GEMMs (vLLM before 0.12 on Hopper): achieved TFLOP/s by tokens per expert,
     # ((tokens per expert, TFLOP/s), ...) ascending, from AIConfigurator's measured kernel table; empty: none.
     marlin_moe_tflops: tuple[tuple[float, float], ...] = ()
+    # How much longer skewed routing makes those experts take than balanced routing, by tokens per expert
+    # ((tokens per expert, ratio), ...): applied to the Marlin rates when the deployment's routing is skewed.
+    marlin_skew_ratio: tuple[tuple[float, float], ...] = ()
     # Per serving engine, the MoE constants above that its kernels need instead of the family's (fitted on
     # that engine's silicon step times); (engine name, ((constant, value), ...)) pairs, see for_engine.
     engines: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = ()
@@ -304,6 +307,8 @@ def _parse_family(name: str, e: dict[str, Any], where: str) -> Family:
     vals.update(_moe_constants(e, where))
     if "marlin_moe_tflops" in e:
         vals["marlin_moe_tflops"] = _curve(e["marlin_moe_tflops"], f"{where}.marlin_moe_tflops")
+    if "marlin_skew_ratio" in e:
+        vals["marlin_skew_ratio"] = _curve(e["marlin_skew_ratio"], f"{where}.marlin_skew_ratio")
     engines = e.get("engines") or {}
     if not isinstance(engines, dict):
         raise TargetError(f"{where}.engines: expected a mapping of engine name to MoE constants")
