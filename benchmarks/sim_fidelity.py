@@ -229,6 +229,29 @@ def published(backends: list[str], only: set[str] | None = None) -> None:
         if check:
             print(f"{backend} check set overall: median |err| {100 * statistics.median(check):.1f}%, "
                   f"max {100 * max(check):.1f}% over {len(check)} rows")
+    stale_fidelity_figures(items)
+
+
+def stale_fidelity_figures(items: list[tuple[str, str, float]]) -> list[str]:
+    """Print (and return) the throughput/latency slices whose check-set median differs from what runs report
+    (servelab.sim.fidelity.MEASURED) by 0.1 point or more, or which a run does not report at all: update
+    MEASURED (and docs/simulator.md) from this run when they do."""
+    from servelab.sim.fidelity import MEASURED
+
+    have = {f"{b} {'moe' if moe else 'dense'} {kind} {eng}": v[:2]
+            for (b, kind, moe, eng), v in MEASURED.items()}
+    out = []
+    kinds = ("throughput", "latency")
+    for s in sorted({s for s, k, _ in items if k == "check" and s.rsplit(" ", 1)[-1] in kinds}):
+        errs = [abs(e) for s2, k, e in items if (s2, k) == (s, "check")]
+        med, key = round(100 * statistics.median(errs), 1), s.rsplit(" ", 1)[0]
+        if key not in have:
+            out.append(f"{s}: {med}% (n={len(errs)}) is not in servelab.sim.fidelity.MEASURED")
+        elif abs(have[key][0] - med) >= 0.1 or have[key][1] != len(errs):
+            out.append(f"{s}: {med}% (n={len(errs)}), runs report {have[key][0]}% (n={have[key][1]})")
+    print("\nfigures runs report (servelab.sim.fidelity.MEASURED): " + ("up to date" if not out else
+          "STALE, update them:\n  " + "\n  ".join(out)))
+    return out
 
 
 def main() -> None:

@@ -108,7 +108,7 @@ def _overview(summary: Mapping[str, Any]) -> Table:
             (
                 "simulator",
                 f"{sim.get('serving_engine', '-')} steps priced by {sim.get('backend', '-')} "
-                f"(fidelity: {sim.get('fidelity', '-')})",
+                f"(fidelity: {sim.get('fidelity', '-')}{_fidelity_check(sim.get('fidelity_check'))})",
             )
         )
     by_status = err.get("by_status", {})
@@ -209,3 +209,12 @@ def progress_line(stats: LiveStats) -> str:
     if stats.warmup:
         parts.append(f"(+{stats.warmup:,} warm-up)")
     return " | ".join(parts)
+
+
+def _fidelity_check(check: dict | None) -> str:
+    """'; 12.6% median error on 12 published results (TensorRT-LLM throughput)', or '' without a check."""
+    if not isinstance(check, dict) or check.get("median_abs_error_pct") is None:
+        return ""
+    other = "" if check.get("same_engine", True) else ", another engine"
+    return (f"; {check['median_abs_error_pct']:g}% median error on {check.get('published_rows', '?')} "
+            f"published results: {check.get('slice', '-')}{other}")

@@ -24,9 +24,10 @@ from typing import Any
 from servelab.clock import Clock
 from servelab.sim.api import SimRequest
 from servelab.sim.deployment import Deployment
+from servelab.sim.fidelity import fidelity
 from servelab.sim.kvcache import KVCache, block_hashes
 from servelab.sim.scheduler import PREFILL, WAITING, Scheduler, Seq
-from servelab.sim.stepcost import EngineStep, fidelity
+from servelab.sim.stepcost import EngineStep
 from servelab.sim.tokenizer import filler_ids, filler_text, tokenize
 
 LATENCY_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,

@@ -128,36 +128,11 @@ class EngineStep:
         return self.graphs[i] * self.ranks if i < len(self.graphs) else n_dec
 
 
-# What each configuration class reached against published results it was not fitted on
-# (benchmarks/sim_fidelity.py check set; see docs/simulator.md "Where each backend is trustworthy").
-def fidelity(dep: Deployment, backend: str) -> dict[str, Any]:
-    """A small description of how far this run's configuration class is from published results."""
-    fam = dep.family.name
-    moe = dep.model.is_moe
-    if fam.startswith(("amd", "tpu")):
-        cls, note = (
-            "unvalidated",
-            "roofline priors; no published result for this family is in the fidelity set",
-        )
-    elif backend == "silicon":
-        cls, note = (
-            "silicon",
-            "step costs from AIConfigurator's measured kernels; scheduler and overheads are servelab's",
-        )
-    elif fam == "nvidia-hopper" and not moe:
-        cls, note = "calibrated", "roofline fitted on dense Hopper results"
-    elif fam == "nvidia-hopper":
-        cls, note = "approximate", "roofline; MoE routing and all-to-all from published DeepEP/SGLang figures"
-    else:
-        cls, note = "prior", "roofline with prior efficiencies for this family"
-    return {"backend": backend, "class": cls, "note": note, "engine": dep.engine,
-            "hardware_family": fam, "moe": moe}
-
-
 def simulator_facts(dep: Deployment) -> dict[str, Any]:
     """What a run's manifest and summary say about the simulator, without building the backend: the backend
     ``auto`` resolves to (silicon where installed and covering; a model build that still fails falls back to
     the roofline at run time) and the fidelity class of that configuration."""
+    from servelab.sim.fidelity import fidelity
     from servelab.sim.silicon import coverage
 
     backend = "roofline" if dep.cost_backend == "roofline" or coverage(dep) is not None else "silicon"
@@ -166,5 +141,6 @@ def simulator_facts(dep: Deployment) -> dict[str, Any]:
         "backend": backend,
         "fidelity": f["class"],
         "fidelity_note": f["note"],
+        "fidelity_check": f["check"],
         "serving_engine": dep.engine,
     }
