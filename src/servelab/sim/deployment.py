@@ -372,6 +372,9 @@ def _plan_memory(d: Deployment) -> Memory:
     seqs_per_rank = min(d.max_num_seqs, SLIDING_RESERVE_SEQS)
     sliding = sliding_layers * values * kvb * m.sliding_window * seqs_per_rank
     free = usable - per_gpu - acts - sliding
+    if d.profile is not None and d.profile.kv_fraction_of_free:
+        # TensorRT-LLM: the fraction applies to the memory the weights and activations leave (engines.yaml)
+        free = (hw.hbm_gb * GIB - per_gpu - acts) * d.gpu_memory_utilization - sliding
     if free <= 0:
         raise _no_fit(d, per_gpu, total, usable, acts + sliding)
     tokens = int(free / per_token) * d.attn_dp

@@ -48,6 +48,10 @@ class EngineProfile:
     # Admission reserves KV for the whole request (prompt + max_tokens) and never preempts (TensorRT-LLM's
     # GUARANTEED_NO_EVICT); False: blocks on demand, preempt when they run out.
     reserve_full: bool = False
+    # gpu_memory_utilization is a fraction of what the model leaves free (TensorRT-LLM's
+    # kv_cache_config.free_gpu_memory_fraction: KV = (device memory - peak memory of the profiling run) x
+    # fraction); False: of the whole device, weights and activations included (vLLM, SGLang).
+    kv_fraction_of_free: bool = False
     # The API server's CPU work on its one core, serialised across requests (vLLM runs one API-server process
     # by default): per request (HTTP, validation, chat template, tokenization, hand-off to the engine) and per
     # output token (detokenization, building and writing the stream chunk). Part of ``api_ms`` on an idle
