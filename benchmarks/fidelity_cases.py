@@ -184,17 +184,26 @@ def with_engine_version(target: str, engine: str) -> str:
 
 def deployment(case: Case, backend: str) -> Deployment:
     """The row's deployment. TensorRT-LLM perf-overview rows ran under trtllm-bench, which sets the batch and
-    token limits from its own heuristic (:func:`trtllm_bench_limits`), not the engine's defaults; the
-    developer-guide rows also pad decode-only batches to CUDA-graph sizes (``PERF_DEV_GRAPH_SIZES``)."""
+    token limits from its own heuristic (:func:`trtllm_bench_limits`; MXFP4: the build defaults, the engine
+    profile's), not the engine's defaults; the developer-guide rows also pad decode-only batches to CUDA-graph
+    sizes (``PERF_DEV_GRAPH_SIZES``).
+
+    trtllm-bench throughput runs without chunked prefill unless asked (``--enable_chunked_context`` and the
+    LLM-API ``enable_chunked_prefill`` default off; the perf overviews' options set neither), and then raises
+    max_num_tokens to at least the dataset's longest prompt plus max_batch_size, so every prompt is scheduled
+    whole (tensorrt_llm/bench/benchmark/utils/general.py get_settings: "Chunked prefill is disabled ...
+    Forcing max_num_tokens to max_isl + max_batch_size"); max_seq_len is the dataset's longest request."""
     target = with_engine_version(case.target, case.engine)
     if case.source == "trtllm-perf-dev" and "cuda_graph_batch_sizes" not in target:
         target += ",cuda_graph_batch_sizes=" + "/".join(map(str, PERF_DEV_GRAPH_SIZES))
     dep = parse_sim_target(f"sim:{target},backend={backend}")
     if case.source.startswith("trtllm-perf") and "max_num_seqs" not in case.target:
         limits = trtllm_bench_limits(dep, case.isl, case.osl)
-        if limits is not None:
-            dep = parse_sim_target(f"sim:{target},backend={backend},max_num_seqs={limits[0]},"
-                                   f"max_num_batched_tokens={limits[1]}")
+        bs, tok = limits or (dep.max_num_seqs, dep.max_num_batched_tokens)
+        tok = max(tok, case.isl + bs)
+        dep = parse_sim_target(f"sim:{target},backend={backend},max_num_seqs={bs},"
+                               f"max_num_batched_tokens={tok},chunked_prefill=false,"
+                               f"max_model_len={case.isl + case.osl}")
     return dep
 
 

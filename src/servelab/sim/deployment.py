@@ -170,7 +170,7 @@ class Deployment:
                 f"{d.max_num_seqs * (1 + d.spec_tokens)}",
                 hint="raise max_num_batched_tokens or lower max_num_seqs",
             )
-        if not d.chunked_prefill and d.max_num_batched_tokens < mml:
+        if not d.chunked_prefill and d.max_num_batched_tokens < mml and not prof.unchunked_checks_prompt:
             raise DeploymentError(
                 f"without chunked prefill max_num_batched_tokens ({d.max_num_batched_tokens}) must be at "
                 "least "

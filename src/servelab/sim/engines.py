@@ -52,6 +52,9 @@ class EngineProfile:
     # kv_cache_config.free_gpu_memory_fraction: KV = (device memory - peak memory of the profiling run) x
     # fraction); False: of the whole device, weights and activations included (vLLM, SGLang).
     kv_fraction_of_free: bool = False
+    # Without chunked prefill, max_num_batched_tokens bounds each prompt (TensorRT-LLM refuses a longer one
+    # per request) rather than max_model_len (vLLM's check at start-up); False: vLLM's check.
+    unchunked_checks_prompt: bool = False
     # The API server's CPU work on its one core, serialised across requests (vLLM runs one API-server process
     # by default): per request (HTTP, validation, chat template, tokenization, hand-off to the engine) and per
     # output token (detokenization, building and writing the stream chunk). Part of ``api_ms`` on an idle

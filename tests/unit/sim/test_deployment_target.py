@@ -110,3 +110,15 @@ def test_tokenizer_one_token_per_word_and_stable():
     text = filler_text(37, seed=5)
     assert len(text.split()) == 37 and text == filler_text(37, seed=5) and text != filler_text(37, seed=6)
     assert tokenize(text, 5000) == filler_ids(37, 5, 5000).tolist()
+
+
+def test_without_chunked_prefill_trtllm_bounds_prompts_not_max_model_len():
+    # vLLM refuses to start when max_num_batched_tokens < max_model_len without chunked prefill; TensorRT-LLM
+    # starts and refuses, per request, a prompt longer than max_num_tokens (trtllm-bench's 8192 / 1024 runs:
+    # max_num_tokens 8192 + max_batch_size, max_seq_len 9216).
+    spec = ("sim:llama-3.1-8b@1xh100,chunked_prefill=false,max_num_seqs=96,max_num_batched_tokens=8288,"
+            "max_model_len=9216")
+    dep = parse_sim_target(spec + ",engine=trtllm")
+    assert (dep.chunked_prefill, dep.max_num_batched_tokens, dep.max_model_len) == (False, 8288, 9216)
+    with pytest.raises(DeploymentError, match="without chunked prefill"):
+        parse_sim_target(spec + ",engine=vllm")

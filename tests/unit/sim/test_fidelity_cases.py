@@ -104,3 +104,24 @@ def test_the_rows_engine_version_reaches_the_target():
     cases = {c.id: c for c in fc.load()[1]}
     dep = fc.deployment(cases["V-2"], "roofline")
     assert (dep.profile.version, dep.profile.mxfp4_moe_hopper) == ("0.10.2", "marlin")
+
+
+@pytest.mark.parametrize(("cid", "seqs", "tokens", "max_len"), [
+    # DeepSeek-R1 NVFP4 DEP4, 8192 / 1024: the heuristic's 96 requests and 2048 tokens; without chunked
+    # prefill trtllm-bench raises the tokens to the longest prompt plus the batch: 8192 + 96 = 8288
+    ("N-2", 96, 8192 + 96, 8192 + 1024),
+    # gpt-oss-120b (MXFP4: build defaults 2048 / 8192), 8192 / 1024: 8192 + 2048 = 10240
+    ("N-5", 2048, 8192 + 2048, 8192 + 1024),
+    # 1024 / 1024: 1024 + 2048 = 3072 is below the default 8192, which stays
+    ("N-4", 2048, 8192, 2048),
+])
+def test_trtllm_bench_rows_schedule_every_prompt_whole(cid, seqs, tokens, max_len):
+    case = next(c for c in fc.load()[1] if c.id == cid)
+    dep = fc.deployment(case, "roofline")
+    assert not dep.chunked_prefill
+    assert (dep.max_num_seqs, dep.max_num_batched_tokens, dep.max_model_len) == (seqs, tokens, max_len)
+
+
+def test_vllm_rows_keep_chunked_prefill():
+    case = next(c for c in fc.load()[1] if c.id == "V-2")
+    assert fc.deployment(case, "roofline").chunked_prefill
