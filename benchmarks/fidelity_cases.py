@@ -161,9 +161,10 @@ def trtllm_bench_limits(dep: Deployment, isl: int, osl: int,
     return bs, tok
 
 
-# The developer-guide perf overview's llm_options for every model it lists (gpt-oss, DeepSeek-R1, Qwen3 MoE,
-# Llama 3.3): cuda_graph_config enable_padding true with these batch sizes, so decode-only steps run the
-# graph of the next size up (sizes above max_batch_size are not captured).
+# The perf overviews' llm_options for every model they list (developer guide: gpt-oss, DeepSeek-R1, Qwen3 MoE,
+# Llama 3.3; v1.0, docs/source/performance/perf-overview.md "Running the Benchmark": the dense and the MoE
+# llm_options.yml): cuda_graph_config enable_padding true with these batch sizes, so decode-only steps run
+# the graph of the next size up (sizes above max_batch_size are not captured).
 PERF_DEV_GRAPH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 1024, 2048, 4096, 8192)
 
 
@@ -185,7 +186,7 @@ def with_engine_version(target: str, engine: str) -> str:
 def deployment(case: Case, backend: str) -> Deployment:
     """The row's deployment. TensorRT-LLM perf-overview rows ran under trtllm-bench, which sets the batch and
     token limits from its own heuristic (:func:`trtllm_bench_limits`; MXFP4: the build defaults, the engine
-    profile's), not the engine's defaults; the developer-guide rows also pad decode-only batches to CUDA-graph
+    profile's), not the engine's defaults; both overviews' rows also pad decode-only batches to CUDA-graph
     sizes (``PERF_DEV_GRAPH_SIZES``).
 
     trtllm-bench throughput runs without chunked prefill unless asked (``--enable_chunked_context`` and the
@@ -194,7 +195,7 @@ def deployment(case: Case, backend: str) -> Deployment:
     whole (tensorrt_llm/bench/benchmark/utils/general.py get_settings: "Chunked prefill is disabled ...
     Forcing max_num_tokens to max_isl + max_batch_size"); max_seq_len is the dataset's longest request."""
     target = with_engine_version(case.target, case.engine)
-    if case.source == "trtllm-perf-dev" and "cuda_graph_batch_sizes" not in target:
+    if case.source.startswith("trtllm-perf") and "cuda_graph_batch_sizes" not in target:
         target += ",cuda_graph_batch_sizes=" + "/".join(map(str, PERF_DEV_GRAPH_SIZES))
     dep = parse_sim_target(f"sim:{target},backend={backend}")
     if case.source.startswith("trtllm-perf") and "max_num_seqs" not in case.target:

@@ -60,13 +60,15 @@ def test_chat_endpoint_rows_prefill_the_chat_template_too():
     assert cases["T-1"].prompt_len == 128
 
 
-def test_developer_guide_rows_pad_decode_batches_to_the_published_graph_sizes():
-    # Its llm_options: cuda_graph_config enable_padding true, batch_sizes 1, 2, 4, ..., 256, 384, 512, 1024,
-    # 2048, 4096, 8192; the v1.0 tables (T-rows) do not say, so they run unpadded.
+def test_perf_overview_rows_pad_decode_batches_to_the_published_graph_sizes():
+    # Both overviews' llm_options (the developer guide's and v1.0's "Running the Benchmark", dense and MoE):
+    # cuda_graph_config enable_padding true, batch_sizes 1, 2, 4, ..., 256, 384, 512, 1024, 2048, 4096, 8192.
+    # The T-rows (v1.0) had run unpadded.
     cases = {c.id: c for c in fc.load()[1]}
-    n6 = fc.deployment(cases["N-6"], "roofline")
-    assert n6.cuda_graph_batch_sizes[-4:] == (1024, 2048, 4096, 8192) and 384 in n6.cuda_graph_batch_sizes
-    assert fc.deployment(cases["T-1"], "roofline").cuda_graph_batch_sizes == ()
+    published = (1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 1024, 2048, 4096, 8192)
+    for cid in ("N-6", "T-1", "T-17"):
+        assert fc.deployment(cases[cid], "roofline").cuda_graph_batch_sizes == published
+    assert fc.deployment(cases["V-1"], "roofline").cuda_graph_batch_sizes == ()  # vLLM rows: not these
 
 
 def test_sharegpt_rows_draw_lengths_around_the_published_means():
