@@ -24,6 +24,8 @@ SPECS = (
     "sim:gpt-oss-120b@1xb200,engine=trtllm",  # Blackwell: few-tokens-per-expert penalty
     # per-engine MoE constants: Blackwell SGLang prices prefill tokens' experts above decode's (1.2)
     "sim:deepseek-v3@8xb200,dtype=fp8,ep=8,dp_attention=true,engine=sglang",
+    # vLLM's MLA constants on Hopper: a least time a layer, a prefill step's extra time, per-token passes
+    "sim:deepseek-v3@8xh200,dtype=fp8,tp=8,engine=vllm",
 )
 
 

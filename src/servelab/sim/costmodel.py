@@ -10,7 +10,11 @@ compute at the price of reading the weights twice. Expert imbalance (max over GP
 compute unless ``eplb``. Pipeline stages keep ``min(pp, seqs)`` micro-batches in flight across steps, so a
 step costs ``pp`` stage times of one micro-batch (no per-step bubble once every stage has work). Fixed
 per-step and per-layer overheads and the efficiency constants come from the hardware family; its MoE constants
-from the family's entry for the deployment's serving engine where it has one (``Family.for_engine``).
+from the family's entry for the deployment's serving engine where it has one (``Family.for_engine``). For MLA
+models that entry may add (``mla_*``, fitted on AIConfigurator's step times of that engine) a factor on the
+attention projections' efficiency, per-token elementwise passes over the hidden state at HBM speed, extra
+all-reduces of a tensor-parallel MoE layer, a fixed time a layer in steps with prefill, and a least time a
+layer.
 """
 
 from __future__ import annotations
@@ -108,7 +112,16 @@ class RooflineCost:
         # replicated on every attention-TP rank (vLLM, SGLang and TensorRT-LLM shard only the per-head q_b,
         # kv_b and o projections): each rank reads them whole and runs them over all of its tokens.
         self.attn_rep = 0
+        # MLA models as the engine runs them (Family.mla_*, all neutral unless the engine's entry sets them):
+        # the projections' efficiency factor, elementwise passes over the hidden state a token and layer,
+        # extra hidden-sized all-reduces of a tensor-parallel MoE layer, a layer's least time, a prefill
+        # step's extra time a layer.
+        self.attn_eff, self.act_passes, self.moe_comm = 1.0, 0.0, 0.0
+        self.mla_floor = self.mla_pf_oh = 0.0
         if m.attention["kind"] == "mla":
+            self.attn_eff, self.act_passes = fam.mla_attn_eff, fam.mla_act_passes
+            self.moe_comm = fam.mla_moe_comm
+            self.mla_floor, self.mla_pf_oh = fam.mla_layer_floor_us * 1e-6, fam.mla_prefill_overhead_us * 1e-6
             a = m.attention
             self.prefill_core = a["qk_nope_head_dim"] + a["qk_rope_head_dim"] + a["v_head_dim"]
             self.attn_rep = m.hidden * (a["q_lora_rank"] + a["kv_lora_rank"] + a["qk_rope_head_dim"])
@@ -206,9 +219,14 @@ class RooflineCost:
         # Attention: projections (the sharded ones split attn_tp ways, MLA's replicated down-projections not).
         sharded, rep = m.attn_params - self.attn_rep, self.attn_rep
         tc, tm = self._roof(2 * (sharded + rep * attn_tp) * tok / tp, self.peak_w,
-                            self._eff(rows) * self.lp_w, (sharded / attn_tp + rep) * self.wb)
+                            self._eff(rows) * self.lp_w * self.attn_eff,
+                            (sharded / attn_tp + rep) * self.wb)
         c += tc
         mem += tm
+        # Elementwise work a token (residual adds, RMSNorms, activation quantization, the MoE's per-expert
+        # output rows and their sum): act_passes reads or writes of the BF16 hidden state at HBM speed, on
+        # every attention-TP rank (each holds its tokens' whole residual stream).
+        mem += self.act_passes * rows * m.hidden * ACT_BYTES / self.bw
         # Attention core: decode over the cache, prefill causal over its context.
         win = m.sliding_window if sliding else 0
         if win and n_dec:
@@ -277,7 +295,9 @@ class RooflineCost:
         c += tc
         mem += tm
         if d.moe_tp > 1 or (attn_tp == 1 and ep == 1 and tp > 1):
-            comm += self._allreduce(tok * m.hidden * ACT_BYTES, d.moe_tp if attn_tp > 1 else tp)
+            # A tensor-parallel MoE layer moves moe_comm more (AIConfigurator's vLLM pre/post dispatch).
+            ar = self._allreduce(tok * m.hidden * ACT_BYTES, d.moe_tp if attn_tp > 1 else tp)
+            comm += ar * (1.0 + (self.moe_comm if d.moe_tp > 1 else 0.0))
         if ep > 1:
             # The engine picks the cheaper all-to-all kernel family for the batch (low-latency for small
             # decode batches, normal for large ones); taking the cheaper keeps the step monotone in work.
@@ -397,7 +417,10 @@ class RooflineCost:
             else:
                 lc, lm, lcomm, limb, la2a = self._layer(*args, moe=moe, sliding=sliding)
                 t = lc + lm + lcomm
-            layer_time += n_layers * (t + self.layer_oh + (self.moe_oh if moe else 0.0))
+            # A step with prefill tokens pays mla_prefill_overhead_us more a layer; no layer takes less than
+            # mla_layer_floor_us (both 0 but for MLA models under an engine that sets them).
+            oh = self.layer_oh + (self.moe_oh if moe else 0.0) + (self.mla_pf_oh if p_tok else 0.0)
+            layer_time += n_layers * max(self.mla_floor, t + oh)
             c += n_layers * lc
             mem += n_layers * lm
             comm += n_layers * lcomm

@@ -175,14 +175,17 @@ def test_engine_moe_constants_are_picked_by_the_deployments_engine():
 def test_catalog_engines_give_vllm_and_trtllm_different_moe_steps():
     # The same gpt-oss-20b step shape on 1 x H100 under vLLM and TensorRT-LLM: both run the MXFP4 experts
     # in BF16 math with BF16 KV, so only the per-engine MoE constants of hardware.yaml tell them apart
-    # (TensorRT-LLM has its own on Hopper; vLLM, whose own fit gained under 5%, the family's).
+    # (TensorRT-LLM has its own on Hopper; vLLM, whose own fit gained under 5%, the family's: its entry holds
+    # only MLA constants, which a GQA model never reads).
     from dataclasses import replace
     vllm = CostModel(parse_sim_target("sim:gpt-oss-20b@1xh100,engine=vllm,backend=roofline,expert_skew=0"))
     trt = CostModel(parse_sim_target("sim:gpt-oss-20b@1xh100,engine=trtllm,backend=roofline,expert_skew=0"))
     for shape in ((256, 256 * 2048), (0, 0, 2048, 2048 * 2049 // 2, 2048)):
         assert vllm.step(*shape).time_s != pytest.approx(trt.step(*shape).time_s, rel=0.01)
     fam = vllm.dep.family
-    assert vllm.fam == fam.for_engine("vllm") == fam.for_engine(None)
+    assert vllm.fam == fam.for_engine("vllm")
+    assert replace(vllm.fam, **MLA_NEUTRAL) == fam.for_engine(None)
+    assert (vllm.attn_eff, vllm.act_passes, vllm.moe_comm, vllm.mla_floor, vllm.mla_pf_oh) == (1, 0, 0, 0, 0)
     assert trt.fam == fam.for_engine("trtllm") != fam.for_engine(None)
     assert (trt.fam.moe_compute_eff, trt.fam.moe_prefill_eff) == (0.6, 0.6)  # hardware.yaml's trtllm entry
     assert (vllm.fam.moe_compute_eff, vllm.fam.moe_prefill_eff) == (0.5, 1.0)  # the family's
@@ -218,12 +221,13 @@ def test_mla_down_projections_are_replicated_on_every_attention_tp_rank():
     #   projections 2 x (171,966,464 / 8 + 15,138,816) x 8,192 = 600.22 GFLOP   (was 383.19: all split 8 ways)
     #   dense FFN   2 x 396,361,728 / 8 x 8,192                 = 811.75 GFLOP
     #   (600.22 + 811.75) GFLOP / (1,979 x 0.7) TFLOPS = 1.01925 ms   (0.86259 ms before)
-    c = CostModel(parse_sim_target("sim:deepseek-v3@8xh200,dtype=fp8,tp=8,engine=vllm,backend=roofline"))
+    # (SGLang: vLLM's MLA constants scale the projections, test_mla_attention_projection_efficiency)
+    c = CostModel(parse_sim_target("sim:deepseek-v3@8xh200,dtype=fp8,tp=8,engine=sglang,backend=roofline"))
     compute_s = c._layer(8192, 0, 8192, 0, 0, 0, moe=False, sliding=False)[0]
     assert compute_s == pytest.approx(1.01925e-3, rel=1e-4)
     # Data-parallel attention (attn_tp 1) replicates nothing more: every rank already holds all projections.
     dp = CostModel(parse_sim_target("sim:deepseek-v3@8xh200,dtype=fp8,ep=8,dp_attention=true,"
-                                    "backend=roofline"))
+                                    "engine=sglang,backend=roofline"))
     proj = 2 * 187_105_280 * 2048 / (1979e12 * 0.7)  # 2,048 tokens per rank (eff 0.7): all projections
     ffn = 2 * 396_361_728 * 2048 / (1979e12 * 0.7)  # the dense FFN data-parallel too
     got = dp._layer(16384, 0, 16384, 0, 0, 0, moe=False, sliding=False)[0]
@@ -316,5 +320,93 @@ def test_marlin_curve_must_be_ascending_positive_pairs(curve, key):
     from servelab.sim.catalog import _parse_family
     e = {"compute_eff": 0.7, "decode_compute_eff": 0.45, "mem_eff": 0.7, "comm_eff": 0.7,
          "step_overhead_us": 125, "layer_overhead_us": 50, key: curve}
+    with pytest.raises(TargetError, match=key):
+        _parse_family("f", e, "families.f")
+
+
+# DeepSeek-V3 FP8 under vLLM with TP8 on Hopper (issue 11): the nvidia-hopper family's vLLM entry adds the
+# MLA path's work that the roofline left out, fitted on AIConfigurator's vLLM step times
+# (benchmarks/sim_fit_mla.py: H100 rows fit, H200 rows check). Each term alone, on 8 x H200 (HBM 4.8 TB/s x
+# mem_eff 0.7 = 3.36 TB/s; NVLink 900 / 2 GB/s x comm_eff 0.7 = 315 GB/s, 15 us latency); DeepSeek-V3: 61
+# layers (58 MoE), hidden 7168.
+MLA_NEUTRAL = {"mla_attn_eff": 1.0, "mla_act_passes": 0.0, "mla_moe_comm": 0.0,
+               "mla_prefill_overhead_us": 0.0, "mla_layer_floor_us": 0.0}
+DS_VLLM = "sim:deepseek-v3@8xh200,dtype=fp8,tp=8,engine=vllm,backend=roofline,expert_skew=0"
+
+
+def _ds(**consts):
+    from dataclasses import replace
+    dep = parse_sim_target(DS_VLLM)
+    fam = replace(dep.family.for_engine("vllm"), engines=(), **{**MLA_NEUTRAL, **consts})
+    return CostModel(replace(dep, family=fam))
+
+
+def test_mla_elementwise_passes_over_the_hidden_state():
+    # 32 passes of 64 tokens x 7168 x 2 bytes = 29,360,128 bytes a layer / 3.36 TB/s = 8.7381 us; x 61 layers
+    base, act = _ds(), _ds(mla_act_passes=32)
+    extra = act.step(64, 64 * 2048).time_s - base.step(64, 64 * 2048).time_s
+    assert extra == pytest.approx(61 * 29_360_128 / 3.36e12, rel=1e-6)  # 533.02 us
+    assert act.step(64, 64 * 2048).memory_s - base.step(64, 64 * 2048).memory_s == pytest.approx(extra)
+
+
+def test_mla_tensor_parallel_moe_moves_two_more_all_reduces():
+    # one all-reduce of 64 x 7168 x 2 = 917,504 bytes through the switch: 15 / 3 us + 917,504 / 315e9 s
+    # = 5 + 2.91271 = 7.91271 us; two more in each of the 58 MoE layers: 917.87 us
+    base, comm = _ds(), _ds(mla_moe_comm=2)
+    extra = comm.step(64, 64 * 2048).time_s - base.step(64, 64 * 2048).time_s
+    assert extra == pytest.approx(58 * 2 * (5e-6 + 917_504 / 315e9), rel=1e-6)
+    assert comm.step(64, 64 * 2048).comm_s - base.step(64, 64 * 2048).comm_s == pytest.approx(extra)
+
+
+def test_mla_prefill_overhead_is_per_layer_in_steps_with_prefill_only():
+    base, pf = _ds(), _ds(mla_prefill_overhead_us=200)
+    p = (0, 0, 512, 512 * 513 // 2, 512)
+    assert pf.step(*p).time_s - base.step(*p).time_s == pytest.approx(61 * 200e-6, rel=1e-6)  # 12.2 ms
+    assert pf.step(8, 8 * 2048).time_s == pytest.approx(base.step(8, 8 * 2048).time_s)  # decode only: none
+
+
+def test_mla_layer_floor_sets_a_small_decode_step():
+    # One decode at 2K: every layer (~0.1 ms) is under the 260 us floor: 61 x 260 us = 15.86 ms, plus the LM
+    # head: 7168 x 129,280 BF16 weights / 8 ranks = 231,690,240 bytes / 3.36 TB/s = 68.955 us (its math, 0.23
+    # GFLOP at 989 x 0.45 TFLOP/s = 0.52 us, hides behind the read)
+    floor = _ds(mla_layer_floor_us=260)
+    assert floor.step(1, 2048).time_s == pytest.approx(61 * 260e-6 + 231_690_240 / 3.36e12, rel=1e-6)
+    assert _ds().step(1, 2048).time_s < 0.5 * floor.step(1, 2048).time_s
+    # 256 decodes (~0.7 ms a layer) are above it: unchanged
+    assert floor.step(256, 256 * 2048).time_s == pytest.approx(_ds().step(256, 256 * 2048).time_s)
+
+
+def test_mla_attention_projection_efficiency():
+    # A dense layer of 8,192 tokens (the replicated-projection test's): projections 600.22 GFLOP at FP8 peak x
+    # compute_eff 0.7 x mla_attn_eff 0.3, the dense FFN's 811.75 GFLOP at 0.7:
+    #   600.22 / (1,979 x 0.21) + 811.75 / (1,979 x 0.7) ms = 1.44429 + 0.58598 = 2.03027 ms
+    # (the attention core, FlashAttention over the expanded heads, keeps the family's efficiency)
+    c = _ds(mla_attn_eff=0.3)
+    compute_s = c._layer(8192, 0, 0, 0, 0, 0, moe=False, sliding=False)[0]
+    assert compute_s == pytest.approx(2.03027e-3, rel=1e-4)
+    neutral = _ds()._layer(8192, 0, 0, 0, 0, 0, moe=False, sliding=False)[0]
+    assert neutral == pytest.approx(1.01925e-3, rel=1e-4)
+
+
+def test_catalog_vllm_hopper_prices_deepseek_tp8_near_aiconfigurator():
+    # The catalog's constants against AIConfigurator 0.12's vLLM step times of the same deployment on 8 x H200
+    # (benchmarks/data/sim_mla_grid.json, the check rows): a 2,048-token prefill 129.16 ms (the roofline
+    # priced 64 ms before, -50%), one decode at 2K 14.10 ms (6.2 ms, -56%), 256 decodes 49.87 ms (43.4, -13%)
+    c = CostModel(parse_sim_target(DS_VLLM))
+    assert c.step(0, 0, 2048, 2048 * 2049 // 2, 2048).time_s * 1e3 == pytest.approx(129.16, rel=0.10)
+    assert c.step(1, 2048).time_s * 1e3 == pytest.approx(14.10, rel=0.15)
+    assert c.step(256, 256 * 2048).time_s * 1e3 == pytest.approx(49.87, rel=0.10)
+    # other engines keep the family's constants for DeepSeek
+    sg = CostModel(parse_sim_target("sim:deepseek-v3@8xh200,dtype=fp8,tp=8,engine=sglang,backend=roofline"))
+    assert (sg.attn_eff, sg.act_passes, sg.moe_comm, sg.mla_floor, sg.mla_pf_oh) == (1, 0, 0, 0, 0)
+
+
+@pytest.mark.parametrize("key", ["mla_attn_eff", "mla_act_passes", "mla_layer_floor_us"])
+def test_mla_engine_constants_parse_and_must_be_valid(key):
+    from servelab.sim.catalog import _parse_family
+    e = {"compute_eff": 0.7, "decode_compute_eff": 0.45, "mem_eff": 0.7, "comm_eff": 0.7,
+         "step_overhead_us": 125, "layer_overhead_us": 50, "engines": {"vllm": {key: 0.5}}}
+    assert getattr(_parse_family("f", e, "families.f").for_engine("vllm"), key) == 0.5
+    e["engines"]["vllm"] = {key: -1}
     with pytest.raises(TargetError, match=key):
         _parse_family("f", e, "families.f")

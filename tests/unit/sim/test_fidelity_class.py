@@ -14,7 +14,7 @@ from servelab.sim.target import parse_sim_target
         # dense on Hopper: only TensorRT-LLM rows exist, so vLLM's run borrows them and says so
         ("sim:llama-3.1-8b@1xh100", "roofline", "calibrated", 12.6, 12, False),
         ("sim:llama-3.1-8b@1xh100,engine=trtllm", "roofline", "calibrated", 12.6, 12, True),
-        ("sim:deepseek-v3@8xh200,dtype=fp8", "roofline", "approximate", 22.6, 12, True),
+        ("sim:deepseek-v3@8xh200,dtype=fp8", "roofline", "approximate", 15.6, 12, True),
         ("sim:deepseek-v3@8xh200,dtype=fp8,engine=trtllm", "silicon", "silicon", 5.3, 7, True),
         ("sim:gpt-oss-120b@2xb200,engine=trtllm", "roofline", "approximate", 14.7, 8, True),
         ("sim:llama-3.1-70b@8xmi300x", "roofline", "prior", 22.4, 4, True),

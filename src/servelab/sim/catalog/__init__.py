@@ -49,6 +49,19 @@ class Family:
     # (a fixed time per routed row: activation quantization, permute, block scales, epilogue hides behind
     # less math when the math is faster). 0: no size term.
     moe_size_half: float = 0.0
+    # MLA models (DeepSeek) as an engine runs them, fitted on AIConfigurator's step times of that engine
+    # (benchmarks/sim_fit_mla.py; the defaults change nothing). mla_attn_eff scales the attention projections'
+    # GEMM efficiency (FP8 block-scaled, small per-rank shapes); mla_act_passes counts the elementwise passes
+    # over the BF16 hidden state a token and layer at HBM speed (residual adds and RMSNorms, activation
+    # quantization, the MoE's per-expert output rows and their sum); mla_moe_comm the hidden-sized all-reduces
+    # a tensor-parallel MoE layer moves beyond the one that reduces its output; mla_prefill_overhead_us a
+    # layer's fixed extra time in a step with prefill tokens; mla_layer_floor_us the least time of a layer
+    # (small decode steps are kernel-latency bound).
+    mla_attn_eff: float = 1.0
+    mla_act_passes: float = 0.0
+    mla_moe_comm: float = 0.0
+    mla_prefill_overhead_us: float = 0.0
+    mla_layer_floor_us: float = 0.0
     # Marlin W4A16 MXFP4 expert GEMMs (vLLM before 0.12 on Hopper): achieved TFLOP/s by tokens per expert,
     # ((tokens per expert, TFLOP/s), ...) ascending, from AIConfigurator's measured kernel table; empty: none.
     marlin_moe_tflops: tuple[tuple[float, float], ...] = ()
@@ -338,9 +351,11 @@ def _curve(v: Any, where: str) -> tuple[tuple[float, float], ...]:
     return tuple((float(x), float(y)) for x, y in v)
 
 
-# MoE constants a family sets and each engine may override (benchmarks/sim_fit_moe.py fits them).
+# MoE constants a family sets and each engine may override (benchmarks/sim_fit_moe.py fits them), and the
+# MLA ones (benchmarks/sim_fit_mla.py).
 _MOE_KEYS = ("moe_compute_eff", "moe_rows_half", "moe_tp_slice_rows", "moe_layer_overhead_us", "moe_roof_k",
-             "moe_prefill_eff", "moe_size_half")
+             "moe_prefill_eff", "moe_size_half", "mla_attn_eff", "mla_act_passes", "mla_moe_comm",
+             "mla_prefill_overhead_us", "mla_layer_floor_us")
 
 
 def _moe_constants(e: dict[str, Any], where: str) -> dict[str, float]:
@@ -349,7 +364,7 @@ def _moe_constants(e: dict[str, Any], where: str) -> dict[str, float]:
         if opt not in e:
             continue
         v = e[opt]
-        positive = opt in ("moe_compute_eff", "moe_prefill_eff")
+        positive = opt in ("moe_compute_eff", "moe_prefill_eff", "mla_attn_eff")
         if isinstance(v, bool) or not isinstance(v, int | float) or v < 0 or (positive and v == 0):
             raise TargetError(f"{where}.{opt}: expected a number {'> 0' if positive else '>= 0'}, got {v!r}")
         vals[opt] = float(v)
