@@ -417,10 +417,12 @@ class RooflineCost:
             else:
                 lc, lm, lcomm, limb, la2a = self._layer(*args, moe=moe, sliding=sliding)
                 t = lc + lm + lcomm
-            # A step with prefill tokens pays mla_prefill_overhead_us more a layer; no layer takes less than
-            # mla_layer_floor_us (both 0 but for MLA models under an engine that sets them).
+            # A step with prefill tokens pays mla_prefill_overhead_us more a layer; no layer's kernels take
+            # less than mla_layer_floor_us (both 0 but for MLA models under an engine that sets them). The
+            # floor is the compute kernels' latency: the communication not hidden behind them (lcomm) comes
+            # on top, so a slower link (another node) still costs a small step more.
             oh = self.layer_oh + (self.moe_oh if moe else 0.0) + (self.mla_pf_oh if p_tok else 0.0)
-            layer_time += n_layers * max(self.mla_floor, t + oh)
+            layer_time += n_layers * (max(self.mla_floor, t - lcomm + oh) + lcomm)
             c += n_layers * lc
             mem += n_layers * lm
             comm += n_layers * lcomm

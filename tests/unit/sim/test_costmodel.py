@@ -366,11 +366,15 @@ def test_mla_prefill_overhead_is_per_layer_in_steps_with_prefill_only():
 
 
 def test_mla_layer_floor_sets_a_small_decode_step():
-    # One decode at 2K: every layer (~0.1 ms) is under the 260 us floor: 61 x 260 us = 15.86 ms, plus the LM
+    # One decode at 2K: every layer's kernels (~0.1 ms) are under the 260 us floor: 61 x 260 us = 15.86 ms;
+    # the layer's two TP8 all-reduces come on top of the floor (it is the compute kernels' latency): each
+    # 15 us / 3 + 7168 x 2 B / (900 / 2 GB/s x 0.7) = 5.04551 us, 61 x 2 x 5.04551 = 0.61555 ms; plus the LM
     # head: 7168 x 129,280 BF16 weights / 8 ranks = 231,690,240 bytes / 3.36 TB/s = 68.955 us (its math, 0.23
     # GFLOP at 989 x 0.45 TFLOP/s = 0.52 us, hides behind the read)
     floor = _ds(mla_layer_floor_us=260)
-    assert floor.step(1, 2048).time_s == pytest.approx(61 * 260e-6 + 231_690_240 / 3.36e12, rel=1e-6)
+    ar = 15e-6 / 3 + 7168 * 2 / (450e9 * 0.7)
+    assert floor.step(1, 2048).time_s == pytest.approx(61 * (260e-6 + 2 * ar) + 231_690_240 / 3.36e12,
+                                                       rel=1e-6)
     assert _ds().step(1, 2048).time_s < 0.5 * floor.step(1, 2048).time_s
     # 256 decodes (~0.7 ms a layer) are above it: unchanged
     assert floor.step(256, 256 * 2048).time_s == pytest.approx(_ds().step(256, 256 * 2048).time_s)
