@@ -43,6 +43,8 @@ def measured(backend: str, family: str, moe: bool, engine: str) -> dict[str, Any
     """The check-set figure for this slice: the engine's own where measured, else the nearest engine's on the
     same backend, GPU kind and model kind (``same_engine`` False); None where no published row is close."""
     kind, eng = gpu_kind(family), engine.split(":")[0].lower()
+    if kind == "amd" and family != "amd-cdna3":  # the AMD rows are MI300X (CDNA3) only
+        return None
     hit = MEASURED.get((backend, kind, moe, eng))
     same = hit is not None
     if hit is None:
@@ -60,8 +62,10 @@ def fidelity(dep: Deployment, backend: str) -> dict[str, Any]:
     kind = gpu_kind(fam)
     if kind == "tpu":
         cls, note = "unvalidated", "roofline priors; no published TPU result is in the fidelity set"
-    elif kind == "amd":
+    elif fam == "amd-cdna3":
         cls, note = "prior", "roofline with MI300X efficiencies from public measurements (no AMD kernel data)"
+    elif kind == "amd":
+        cls, note = "unvalidated", "roofline priors; no published result for this AMD GPU is in the set"
     elif backend == "silicon":
         cls, note = "silicon", "step costs from AIConfigurator's measured kernels; scheduler and overheads " \
                                "are servelab's"

@@ -31,6 +31,9 @@ def test_no_published_row_no_figure():
     f = fidelity(parse_sim_target("sim:llama-3.1-8b@8xtpu-v6e"), "roofline")
     assert f["class"] == "unvalidated" and f["check"] is None
     assert measured("silicon", "amd-cdna3", False, "vllm") is None  # silicon never prices AMD
+    # the AMD rows are MI300X's: an MI355X (CDNA4) run borrows nothing from them
+    f = fidelity(parse_sim_target("sim:llama-3.1-70b@8xmi355x"), "roofline")
+    assert f["class"] == "unvalidated" and f["check"] is None
     assert _fidelity_check(None) == ""
 
 
