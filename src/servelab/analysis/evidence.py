@@ -82,6 +82,10 @@ def run_evidence(requests: Any, summary: Mapping[str, Any], manifest: Mapping[st
             "seconds_above_90": kv.get("seconds_above_90"),
             "source": "telemetry (mean across engines at each scrape)",
         }
+    elif "kv_cache_usage" in (server.get("unsampled_gauges") or ()):
+        out["kv"] = {"peak": None, "mean": None, "unsampled": True, "scrapes": server.get("scrapes"),
+                     "window_s": server.get("window_s"),
+                     "source": "telemetry: no scrape fell between the first (before the load) and the last"}
     if server.get("kv_evicted_blocks") is not None:
         out["kv_evicted_blocks"] = server["kv_evicted_blocks"]
     pre = _get(server, "counters", "preemptions_total")

@@ -112,13 +112,18 @@ def _delta(series: Series, name: str) -> float | None:
     return total if found else None
 
 
-def _gauge(series: Series, name: str, window_s: float) -> dict[str, float] | None:
+def _gauge(series: Series, name: str, window_s: float, span: tuple[int, int] | None = None
+           ) -> dict[str, float] | None:
+    """Mean, max (and for KV usage the time above 90%) of a gauge over its scrapes; None when it was never
+    scraped, or when ``span`` (the first and last scrape of the run) holds no scrape of it strictly inside:
+    the first scrape is taken before the load and the last after it, so a run shorter than the scrape
+    interval never saw the gauge under load, and its readings (an idle server's 0) are not the run's."""
     by_t: dict[int, list[float]] = defaultdict(list)
     for (n, _labels), pts in series.items():
         if n == name:
             for t, v in pts:
                 by_t[t].append(v)
-    if not by_t:
+    if not by_t or (span is not None and not any(span[0] < t < span[1] for t in by_t)):
         return None
     per_engine = name in FRACTION_GAUGES or name in MEAN_GAUGES
     vals = [sum(vs) / len(vs) if per_engine else sum(vs) for vs in by_t.values()]
@@ -203,7 +208,11 @@ def summarize_telemetry(cols: dict[str, list[Any]], engine: str | None = None) -
     ts = cols["t_ns"]
     window = (max(ts) - min(ts)) / 1e9
     out: dict[str, Any] = {"available": True, "engine": engine, "samples": len(ts), "window_s": window}
-    out["gauges"] = {g: v for g in GAUGES if (v := _gauge(series, g, window)) is not None}
+    span = (min(ts), max(ts))
+    out["gauges"] = {g: v for g in GAUGES if (v := _gauge(series, g, window, span)) is not None}
+    scraped = {n for n, _labels in series}
+    out["unsampled_gauges"] = [g for g in GAUGES if g in scraped and g not in out["gauges"]]
+    out["scrapes"] = len(set(ts))
     out["counters"] = {c: v for c in COUNTERS if (v := _delta(series, c)) is not None}
     hist: dict[str, Any] = {}
     for h in HISTOGRAMS:

@@ -52,7 +52,11 @@ def evidence_rows(ev: Mapping[str, Any]) -> list[tuple[str, str]]:
     every duration with its unit."""
     rows: list[tuple[str, str]] = []
     kv = ev.get("kv")
-    if kv:
+    if kv and kv.get("unsampled"):
+        rows.append(("KV-cache usage", f"not sampled under load: {kv.get('scrapes', '?')} scrapes in "
+                                       f"{_secs(kv.get('window_s'))}, none between the one before the load "
+                                       "and the one after it (a run shorter than the scrape interval)"))
+    elif kv:
         rows.append(
             (
                 "KV-cache usage",

@@ -133,3 +133,14 @@ def test_an_even_imbalance_on_an_unknown_ep_is_not_shown():
     server["expert_imbalance"]["p95"] = 1.3  # uneven: shown, with its ep unknown
     rows = dict(evidence_rows(run_evidence(None, {"server": server}, {"target": {"engine": "vllm"}})))
     assert "ep not known" in rows["expert-load imbalance"]
+
+
+def test_kv_not_scraped_under_load_says_so_instead_of_zero():
+    server = {"available": True, "gauges": {}, "unsampled_gauges": ["kv_cache_usage"], "scrapes": 2,
+              "window_s": 3.25, "counters": {}}
+    ev = run_evidence(None, {"server": server}, {})
+    assert ev["kv"]["peak"] is None and ev["kv"]["unsampled"] and ev["kv"]["scrapes"] == 2
+    (label, words), = [r for r in evidence_rows(ev) if r[0] == "KV-cache usage"]
+    assert words.startswith("not sampled under load: 2 scrapes in 3.25 s") and "0%" not in words
+    # nothing scraped at all: still absent, not a row
+    assert "kv" not in run_evidence(None, {"server": {"available": True, "gauges": {}}}, {})

@@ -75,3 +75,18 @@ def test_simulator_evictions_communication_share_and_imbalance():
 def test_bucket_quantile_in_the_inf_bucket_is_the_last_bound():
     assert bucket_quantile([1.0, 2.0, float("inf")], [0, 5, 10], 0.9) == 2.0
     assert bucket_quantile([1.0, 2.0, float("inf")], [4, 8, 8], 0.5, lowest=0.0) == pytest.approx(1.0)
+
+
+def test_a_run_shorter_than_the_scrape_interval_reports_no_gauge_not_an_idle_zero():
+    # Only the scrape before the load (t = 0) and the one after it (t = 3.25 s): the gauges never saw the
+    # load, so their 0 readings are not the run's KV usage (the quick start printed "peak 0%" for a run that
+    # held ~4% of the cache); counters still difference the two scrapes.
+    rows = TelemetryRows()
+    rows.add(0, "server", parse_metrics(_page(0.0, 0.0, 0)))
+    rows.add(3_250_000_000, "server", parse_metrics(_page(0.0, 0.0, 2)))
+    out = summarize_telemetry(rows.columns(), "servelab-sim")
+    assert out["gauges"] == {} and out["scrapes"] == 2
+    assert out["unsampled_gauges"] == ["requests_running", "kv_cache_usage"]
+    assert out["kv_evicted_blocks"] == 37
+    # one scrape inside the span is enough: the figures are over every scrape, as before
+    assert summarize_telemetry(_cols(), "servelab-sim")["unsampled_gauges"] == []
