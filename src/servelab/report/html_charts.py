@@ -200,11 +200,15 @@ def server_section(page: Page, tel: pa.Table | None) -> None:
     if not names:
         return
     page.h2("Server metrics over time")
-    t_min = min(min(by[n]) for n in names)
+    t_min, t_max = min(min(by[n]) for n in names), max(max(by[n]) for n in names)
     panels, small = [], []
     for n in names:
         title, unit, scale, top = _SERVER[n]
         ts = sorted(by[n])
+        if not any(t_min < t < t_max for t in ts):  # only the scrapes before and after the load (idle)
+            small.append(f"{title}: not sampled under load ({len(ts)} scrape(s), none between the first and "
+                         "the last)")
+            continue
         if len(ts) < charts.MIN_SERIES_POINTS:
             vals = [by[n][t] * scale for t in ts]
             small.append(f"{title}: {len(ts)} sample(s), mean {sig(float(np.mean(vals)))} {unit}, max "

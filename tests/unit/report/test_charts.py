@@ -165,3 +165,25 @@ def test_a_crowded_pareto_chart_labels_a_readable_subset(tmp_path, monkeypatch):
                                             for i in range(8)]} for k in range(6)]
     charts.pareto_chart(series, tmp_path / "p.png")
     assert seen["overlaps"] == 0 and 0 < seen["n"] < 48
+
+
+def test_server_metrics_scraped_only_before_and_after_the_load_are_not_shown_as_its_figures(tmp_path):
+    import pyarrow as pa
+
+    from servelab.report.html_charts import server_section
+    from servelab.report.html_page import Page
+
+    def section(times):
+        rows = [(t, "kv_cache_usage", "vllm:kv_cache_usage_perc", '{"engine":"0"}', v) for t, v in times]
+        tel = pa.table({k: [r[i] for r in rows]
+                        for i, k in enumerate(("t_ns", "name", "raw_name", "labels", "value"))})
+        page = Page(tmp_path / "report.html")
+        server_section(page, tel)
+        return "".join(page.parts)
+
+    # a 3.25 s run: the idle scrape before it and the one after it, both 0
+    idle = section([(0, 0.0), (3_250_000_000, 0.0)])
+    assert "KV cache usage: not sampled under load (2 scrape(s)" in idle and "max 0" not in idle
+    # one scrape inside: the few samples are the run's, summarised as before
+    few = section([(0, 0.0), (10**9, 0.04), (3_250_000_000, 0.0)])
+    assert "KV cache usage: 3 sample(s), mean 1.33 %, max 4 %" in few
