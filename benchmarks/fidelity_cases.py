@@ -105,9 +105,10 @@ def kind_of(dep: Deployment) -> str:
 
 
 def family_of(dep: Deployment) -> str:
-    """hopper | blackwell | amd | tpu: the slice's hardware family."""
-    name = dep.family.name
-    return "amd" if name.startswith("amd") else name.split("-")[-1]
+    """hopper | blackwell | amd | tpu: the slice's hardware family (as runs' fidelity figures key it)."""
+    from servelab.sim.fidelity import gpu_kind
+
+    return gpu_kind(dep.family.name)
 
 
 def trtllm_bench_limits(dep: Deployment, isl: int, osl: int,

@@ -229,7 +229,8 @@ def published(backends: list[str], only: set[str] | None = None) -> None:
         if check:
             print(f"{backend} check set overall: median |err| {100 * statistics.median(check):.1f}%, "
                   f"max {100 * max(check):.1f}% over {len(check)} rows")
-    stale_fidelity_figures(items)
+    if only is None:  # a subset of rows (--only) measures no slice whole
+        stale_fidelity_figures(items)
 
 
 def stale_fidelity_figures(items: list[tuple[str, str, float]]) -> list[str]:

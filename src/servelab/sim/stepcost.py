@@ -24,6 +24,8 @@ import random
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
+from servelab.sim.fidelity import fidelity
+
 if TYPE_CHECKING:
     from servelab.sim.deployment import Deployment
 
@@ -132,7 +134,6 @@ def simulator_facts(dep: Deployment) -> dict[str, Any]:
     """What a run's manifest and summary say about the simulator, without building the backend: the backend
     ``auto`` resolves to (silicon where installed and covering; a model build that still fails falls back to
     the roofline at run time) and the fidelity class of that configuration."""
-    from servelab.sim.fidelity import fidelity
     from servelab.sim.silicon import coverage
 
     backend = "roofline" if dep.cost_backend == "roofline" or coverage(dep) is not None else "silicon"
