@@ -25,6 +25,7 @@ from servelab.clock import VirtualClock
 from servelab.sim.api import SimRequest
 from servelab.sim.deployment import Deployment
 from servelab.sim.engine import Engine
+from servelab.sim.fidelity import gpu_kind
 from servelab.sim.target import parse_sim_target
 
 CASES = Path(__file__).parent / "fidelity_cases.yaml"
@@ -106,8 +107,6 @@ def kind_of(dep: Deployment) -> str:
 
 def family_of(dep: Deployment) -> str:
     """hopper | blackwell | amd | tpu: the slice's hardware family (as runs' fidelity figures key it)."""
-    from servelab.sim.fidelity import gpu_kind
-
     return gpu_kind(dep.family.name)
 
 
