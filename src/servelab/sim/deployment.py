@@ -83,6 +83,11 @@ class Deployment:
     cost_backend: str = "auto"  # step-cost backend: auto | silicon | roofline
     jitter: float = 0.02  # seeded spread of step times (sigma of a lognormal factor); 0 = none
     async_scheduling: bool | None = None  # None = the engine's default
+    # The engine's host (CPU) time per step, per attention rank: step_cpu_us + step_cpu_per_seq_us x the
+    # rank's running sequences (scheduling, input preparation, sampling and response bookkeeping). -1 = the
+    # engine profile's figure; a what-if for a measured build or a faster or slower host CPU.
+    step_cpu_us: float = -1.0
+    step_cpu_per_seq_us: float = -1.0
     # CUDA-graph batch sizes (per attention rank) a decode-only step is padded up to, as TensorRT-LLM does
     # with cuda_graph_config enable_padding; () = no padding. Sizes above max_num_seqs are not captured.
     cuda_graph_batch_sizes: tuple[int, ...] = ()
@@ -190,6 +195,11 @@ class Deployment:
         if not (0.0 <= d.jitter < 1.0):
             raise DeploymentError(f"jitter={d.jitter} must be in [0, 1) (sigma of the step-time spread)",
                                   hint="use e.g. jitter=0.02; jitter=0 for exactly repeatable step times")
+        for key in ("step_cpu_us", "step_cpu_per_seq_us"):
+            v = getattr(d, key)
+            if not (math.isfinite(v) and (v == -1.0 or 0.0 <= v <= 1e6)):
+                raise DeploymentError(f"{key}={v} must be a time in microseconds between 0 and 1e6",
+                                      hint=f"e.g. {key}=20; leave it out for the engine profile's figure")
         if d.cost_backend not in ("auto", "silicon", "roofline"):
             raise DeploymentError(
                 f"backend={d.cost_backend!r} is not a step-cost backend",
@@ -243,6 +253,17 @@ class Deployment:
         return bool(self.profile and self.profile.async_scheduling)
 
     @property
+    def host_step_us(self) -> tuple[float, float]:
+        """(fixed, per running sequence) host time of one step of one attention rank, microseconds: the
+        target's ``step_cpu_us`` / ``step_cpu_per_seq_us``, else the engine profile's (125 / 0 without
+        one)."""
+        prof = self.profile
+        fixed = self.step_cpu_us if self.step_cpu_us >= 0 else (prof.step_cpu_us if prof else 125.0)
+        per = self.step_cpu_per_seq_us if self.step_cpu_per_seq_us >= 0 else (
+            prof.step_cpu_per_seq_us if prof else 0.0)
+        return fixed, per
+
+    @property
     def skew(self) -> float:
         """Zipf exponent of expert popularity in effect."""
         return DEFAULT_EXPERT_SKEW if self.expert_skew < 0 else self.expert_skew
@@ -288,8 +309,9 @@ class Deployment:
         mem = self.memory
         d = {k: v for k, v in asdict(self).items() if k not in ("model", "hardware", "family", "memory")}
         d.pop("profile", None)
+        fixed, per = self.host_step_us
         d.update(model=self.model.name, hardware=self.hardware.name, gpus=self.world, expert_skew=self.skew,
-                 async_scheduling=self.async_sched)
+                 async_scheduling=self.async_sched, step_cpu_us=fixed, step_cpu_per_seq_us=per)
         if mem is not None:
             d.update(weights_gb_per_gpu=round(mem.weights / GB, 2), kv_tokens=mem.kv_tokens,
                      kv_blocks=mem.kv_blocks, kv_bytes_per_token_per_gpu=round(mem.kv_bytes_per_token, 1))

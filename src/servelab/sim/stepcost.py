@@ -80,9 +80,8 @@ class EngineStep:
     def __init__(self, dep: Deployment, seed: int = 0, backend: StepCost | None = None) -> None:
         self.dep = dep
         self.backend = backend if backend is not None else make_step_cost(dep)
-        prof = dep.profile
-        self.cpu0 = (prof.step_cpu_us if prof else 125.0) * 1e-6
-        self.cpu_seq = (prof.step_cpu_per_seq_us if prof else 0.0) * 1e-6
+        fixed_us, per_seq_us = dep.host_step_us
+        self.cpu0, self.cpu_seq = fixed_us * 1e-6, per_seq_us * 1e-6
         self.async_sched = dep.async_sched
         self.sigma = dep.jitter
         self.rng = random.Random(seed)
@@ -99,7 +98,8 @@ class EngineStep:
     def step(self, n_dec: int, ctx_dec: int, p_tok: int = 0, p_pairs: int = 0, p_ctx: int = 0,
              n_seqs: int = 0) -> StepTime:
         """The step's wall time on the engine: GPU time from the backend, plus the CPU time of scheduling
-        ``n_seqs`` running sequences (or, with async scheduling, whichever of the two is longer)."""
+        ``n_seqs`` running sequences, each attention rank its share (or, with async scheduling, whichever of
+        the two is longer)."""
         g = self.backend.step(n_dec, ctx_dec, p_tok, p_pairs, p_ctx)
         padded = self._padded(n_dec)
         if padded > n_dec:
@@ -109,7 +109,9 @@ class EngineStep:
             gp = self.backend.step(padded, ctx_dec)
             if not p_tok or gp.time_s > g.time_s:
                 g = gp
-        cpu = self.cpu0 + self.cpu_seq * (n_seqs or n_dec)
+        # Host time: under attention DP every rank is its own scheduler process (TensorRT-LLM, SGLang and vLLM
+        # alike), working in parallel on its own share; the busiest rank's share sets the step.
+        cpu = self.cpu0 + self.cpu_seq * -(-(n_seqs or n_dec) // self.ranks)
         gpu = g.time_s
         if self.async_sched:
             total, cpu_vis = max(gpu, cpu), max(0.0, cpu - gpu)

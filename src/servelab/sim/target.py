@@ -79,6 +79,8 @@ _KEYS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "cost": ("cost_backend", str.lower),
     "jitter": ("jitter", float),
     "async_scheduling": ("async_scheduling", _bool),
+    "step_cpu_us": ("step_cpu_us", float),
+    "step_cpu_per_seq_us": ("step_cpu_per_seq_us", float),
     "cuda_graph_batch_sizes": ("cuda_graph_batch_sizes", _sizes),
 }
 

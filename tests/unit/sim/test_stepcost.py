@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from servelab.errors import DeploymentError
+from servelab.errors import DeploymentError, TargetError
 from servelab.sim import silicon
 from servelab.sim.costmodel import LL_A2A_US, RooflineCost
 from servelab.sim.stepcost import EngineStep, make_step_cost
@@ -42,6 +42,40 @@ def test_engine_cpu_time_adds_when_synchronous_and_hides_when_async():
         parse_sim_target("sim:llama-3.1-8b@1xh100,jitter=0,engine=sglang"), backend=_Fixed(50e-6)
     )
     assert short.step(10, 100).time_s == pytest.approx(100e-6 + 10 * 0.8e-6)
+
+
+def test_host_time_is_per_attention_rank_and_overridable_from_the_target():
+    # TensorRT-LLM profile (async) with a measured host cost set in the target: 100 us + 20 us per sequence.
+    # Two attention-DP ranks each schedule their own 200 of the 400 running sequences, in parallel:
+    # 100 + 20 x 200 = 4.1 ms, longer than the 1 ms GPU step, so the host sets the pace (8.1 ms if one
+    # process handled all 400).
+    spec = "sim:qwen3-30b-a3b@2xh100,ep=2,dp_attention=true,engine=trtllm,jitter=0"
+    dep = parse_sim_target(spec + ",step_cpu_us=100,step_cpu_per_seq_us=20")
+    assert dep.host_step_us == (100.0, 20.0)
+    assert dep.describe()["step_cpu_per_seq_us"] == 20.0
+    t = EngineStep(dep, backend=_Fixed(0.001)).step(400, 400 * 1000, n_seqs=400)
+    assert t.time_s == pytest.approx(4.1e-3) and t.cpu_s == pytest.approx(3.1e-3)
+    # An odd count: the busier rank's 201 sequences.
+    assert EngineStep(dep, backend=_Fixed(0.001)).step(401, 401 * 1000, n_seqs=401).time_s == pytest.approx(
+        100e-6 + 201 * 20e-6)
+    # Without the keys, the engine profile's figures (catalog/engines.yaml trtllm: 80 us + 0.5 us).
+    prof = parse_sim_target(spec)
+    assert prof.host_step_us == (prof.profile.step_cpu_us, prof.profile.step_cpu_per_seq_us) == (80.0, 0.5)
+    # Synchronous: the host time adds to the GPU's.
+    sync = parse_sim_target(spec + ",step_cpu_us=0,step_cpu_per_seq_us=10,async_scheduling=off")
+    assert EngineStep(sync, backend=_Fixed(0.001)).step(400, 400 * 1000, n_seqs=400).time_s == pytest.approx(
+        0.001 + 200 * 10e-6)
+
+
+@pytest.mark.parametrize("bad", ["step_cpu_per_seq_us=-5", "step_cpu_us=nan", "step_cpu_us=2e6"])
+def test_host_time_out_of_range_is_refused(bad):
+    with pytest.raises(DeploymentError, match="step_cpu"):
+        parse_sim_target("sim:llama-3.1-8b@1xh100," + bad)
+
+
+def test_host_time_that_is_not_a_number_is_refused():
+    with pytest.raises(TargetError, match="step_cpu_per_seq_us"):
+        parse_sim_target("sim:llama-3.1-8b@1xh100,step_cpu_per_seq_us=fast")
 
 
 def test_jitter_is_seeded_mean_preserving_and_off_at_zero():
