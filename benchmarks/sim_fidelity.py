@@ -13,7 +13,7 @@ Two tables, each split into a FITTING set and a CHECK set before anything was fi
    fitting rows (least squared log error) and prints them for ``sim/catalog/hardware.yaml``.
 
 Error is (predicted - reference) / reference; slices print median and max |error| and the sign of the median.
-Table 1 also runs the 54 check rows of benchmarks/fidelity_cases.yaml (TensorRT-LLM perf overviews, vLLM at
+Table 1 also runs the 122 check rows of benchmarks/fidelity_cases.yaml (TensorRT-LLM perf overviews, vLLM at
 its defaults, TTFT/TPOT at concurrency 4, AMD MI300X batch latencies; sources and conditions per row),
 sliced by model kind x hardware family x engine x metric (throughput, TTFT, TPOT, latency).
 

@@ -14,8 +14,11 @@ cannot spend more than 1 / (its output tokens per second) per sequence on the ho
 reached the published rate (``bound us``; attention-DP ranks are separate schedulers, each its share).
 Then the median |error| of each slice per value, as benchmarks/sim_fidelity.py slices them.
 
+By default the TensorRT-LLM rows of at most 6,000 tokens a request (big batches of short requests, where
+host time can matter; ~5 minutes with silicon); ``--all`` adds the long ones (8K and 32K, GPU-bound).
+
     PYTHONPATH=src python3 benchmarks/sim_host_overhead.py [--backend silicon|roofline] [--values 5,10,15,20]
-        [--only N-4,N-8]
+        [--only N-4,N-8 | --all]
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ import fidelity_cases as fc  # noqa: E402
 from servelab.sim import silicon  # noqa: E402
 from servelab.sim.deployment import Deployment  # noqa: E402
 from servelab.sim.stepcost import make_step_cost  # noqa: E402
+
+SHORT = 6000  # isl + osl of the default rows
 
 
 def host_bound_us(case: fc.Case, dep: Deployment) -> float | None:
@@ -52,17 +57,20 @@ def main() -> None:
                     default="silicon" if silicon.installed() else "roofline")
     ap.add_argument("--values", default="5,10,15,20,30",
                     help="host time per running sequence per step to try, microseconds, comma-separated")
-    ap.add_argument("--only", default="", help="row ids, comma-separated (default: every TensorRT-LLM row)")
+    ap.add_argument("--only", default="",
+                    help="row ids, comma-separated (default: the short TensorRT-LLM rows)")
+    ap.add_argument("--all", action="store_true", help="every TensorRT-LLM row, the long ones too")
     args = ap.parse_args()
     try:
         values = [float(v) for v in args.values.split(",") if v.strip()]
     except ValueError:
-        sys.exit(f"--values: expected microseconds separated by commas (e.g. 5,10,20), got {args.values!r}")
+        ap.error(f"--values: expected microseconds separated by commas (e.g. 5,10,20), got {args.values!r}")
     only = {x.strip() for x in args.only.split(",") if x.strip()}
     _, cases = fc.load()
-    rows = [c for c in cases if (c.id in only if only else c.source.startswith("trtllm-perf"))]
+    rows = [c for c in cases if (c.id in only if only else c.source.startswith("trtllm-perf")
+                                 and (args.all or c.isl + c.osl <= SHORT))]
     if not rows:
-        sys.exit(f"--only: no row named {sorted(only)} in benchmarks/fidelity_cases.yaml")
+        ap.error(f"--only: no row named {sorted(only)} in benchmarks/fidelity_cases.yaml (ids like N-8, T-1)")
 
     print(f"backend {args.backend}; error of the simulated figure against the published one, by host time "
           "per running sequence per step (us)")

@@ -16,15 +16,15 @@ if TYPE_CHECKING:
 # (backend, GPU kind, moe, engine) -> (median |error| %, published rows, what the rows measured).
 # Throughput slices unless the label says otherwise; benchmarks/sim_fidelity.py --no-grid, 2026-12-05.
 MEASURED: dict[tuple[str, str, bool, str], tuple[float, int, str]] = {
-    ("silicon", "hopper", False, "trtllm"): (4.5, 12, "TensorRT-LLM throughput"),
-    ("silicon", "blackwell", False, "trtllm"): (7.4, 6, "TensorRT-LLM FP4 throughput"),
-    ("silicon", "hopper", True, "trtllm"): (7.1, 7, "TensorRT-LLM throughput"),
-    ("silicon", "blackwell", True, "trtllm"): (18.1, 8, "TensorRT-LLM throughput"),
+    ("silicon", "hopper", False, "trtllm"): (3.3, 16, "TensorRT-LLM throughput"),
+    ("silicon", "blackwell", False, "trtllm"): (6.8, 12, "TensorRT-LLM FP4 throughput"),
+    ("silicon", "hopper", True, "trtllm"): (7.1, 25, "TensorRT-LLM throughput"),
+    ("silicon", "blackwell", True, "trtllm"): (11.9, 48, "TensorRT-LLM throughput"),
     ("silicon", "hopper", True, "vllm"): (11.2, 12, "vLLM-at-defaults throughput"),
-    ("roofline", "hopper", False, "trtllm"): (11.9, 12, "TensorRT-LLM throughput"),
-    ("roofline", "blackwell", False, "trtllm"): (10.6, 6, "TensorRT-LLM FP4 throughput"),
-    ("roofline", "hopper", True, "trtllm"): (13.6, 7, "TensorRT-LLM throughput"),
-    ("roofline", "blackwell", True, "trtllm"): (15.3, 8, "TensorRT-LLM throughput"),
+    ("roofline", "hopper", False, "trtllm"): (8.2, 16, "TensorRT-LLM throughput"),
+    ("roofline", "blackwell", False, "trtllm"): (14.7, 12, "TensorRT-LLM FP4 throughput"),
+    ("roofline", "hopper", True, "trtllm"): (11.1, 25, "TensorRT-LLM throughput"),
+    ("roofline", "blackwell", True, "trtllm"): (11.4, 48, "TensorRT-LLM throughput"),
     ("roofline", "hopper", True, "sglang"): (7.8, 3, "SGLang multi-node prefill throughput"),
     ("roofline", "hopper", True, "vllm"): (15.6, 12, "vLLM-at-defaults throughput"),
     ("roofline", "amd", False, "vllm"): (17.0, 4, "vLLM batch latency, too fast"),

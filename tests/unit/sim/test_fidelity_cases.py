@@ -127,3 +127,22 @@ def test_trtllm_bench_rows_schedule_every_prompt_whole(cid, seqs, tokens, max_le
 def test_vllm_rows_keep_chunked_prefill():
     case = next(c for c in fc.load()[1] if c.id == "V-2")
     assert fc.deployment(case, "roofline").chunked_prefill
+
+
+def test_developer_guide_rows_are_distinct_cells_with_the_published_request_counts():
+    # Each (model, GPUs, ISL/OSL) cell of the developer-guide tables is one row, run with the request count
+    # the guide gives for its shape (3000 for 1024/1024, 1500 for 1024/8192 and 8192/1024, 1000 for the 32K
+    # shapes), and its target's GPUs are the row's.
+    requests = {(1024, 1024): 3000, (1024, 8192): 1500, (8192, 1024): 1500, (1024, 32768): 1000,
+                (32768, 1024): 1000}
+    _, cases = fc.load()
+    rows = [c for c in cases if c.source == "trtllm-perf-dev"]
+    assert len(rows) == 82
+    cells = [(c.model, c.hardware, c.isl, c.osl) for c in rows]
+    assert len(set(cells)) == len(cells)
+    for c in rows:
+        assert c.requests == requests[(c.isl, c.osl)], c.id
+        dep = fc.deployment(c, "roofline")
+        gpus, hw = c.hardware.split(" x ")[0], c.hardware.split(" x ")[1].split()[0]
+        assert dep.world == int(gpus) and dep.hardware.name == hw, c.id
+        assert dep.max_model_len == c.isl + c.osl, c.id

@@ -12,11 +12,11 @@ from servelab.sim.target import parse_sim_target
     "target, backend, cls, pct, rows, same",
     [
         # dense on Hopper: only TensorRT-LLM rows exist, so vLLM's run borrows them and says so
-        ("sim:llama-3.1-8b@1xh100", "roofline", "calibrated", 11.9, 12, False),
-        ("sim:llama-3.1-8b@1xh100,engine=trtllm", "roofline", "calibrated", 11.9, 12, True),
+        ("sim:llama-3.1-8b@1xh100", "roofline", "calibrated", 8.2, 16, False),
+        ("sim:llama-3.1-8b@1xh100,engine=trtllm", "roofline", "calibrated", 8.2, 16, True),
         ("sim:deepseek-v3@8xh200,dtype=fp8", "roofline", "approximate", 15.6, 12, True),
-        ("sim:deepseek-v3@8xh200,dtype=fp8,engine=trtllm", "silicon", "silicon", 7.1, 7, True),
-        ("sim:gpt-oss-120b@2xb200,engine=trtllm", "roofline", "approximate", 15.3, 8, True),
+        ("sim:deepseek-v3@8xh200,dtype=fp8,engine=trtllm", "silicon", "silicon", 7.1, 25, True),
+        ("sim:gpt-oss-120b@2xb200,engine=trtllm", "roofline", "approximate", 11.4, 48, True),
         ("sim:llama-3.1-70b@8xmi300x", "roofline", "prior", 17.0, 4, True),
     ],
 )
@@ -39,7 +39,7 @@ def test_no_published_row_no_figure():
 
 def test_terminal_line_states_the_figure_and_a_borrowed_engine():
     check = measured("roofline", "nvidia-hopper", False, "vllm")
-    assert _fidelity_check(check) == ("; 11.9% median error on 12 published results: "
+    assert _fidelity_check(check) == ("; 8.2% median error on 16 published results: "
                                       "TensorRT-LLM throughput, "
                                       "another engine")
 
