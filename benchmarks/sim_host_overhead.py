@@ -15,7 +15,8 @@ reached the published rate (``bound us``; attention-DP ranks are separate schedu
 Then the median |error| of each slice per value, as benchmarks/sim_fidelity.py slices them.
 
 By default the TensorRT-LLM rows of at most 6,000 tokens a request (big batches of short requests, where
-host time can matter; ~5 minutes with silicon); ``--all`` adds the long ones (8K and 32K, GPU-bound).
+host time can matter; the 32 such rows of stop 19 took ~7 minutes with silicon here); ``--all`` adds the
+long ones (8K and 32K, GPU-bound).
 
     PYTHONPATH=src python3 benchmarks/sim_host_overhead.py [--backend silicon|roofline] [--values 5,10,15,20]
         [--only N-4,N-8 | --all]
